@@ -1,0 +1,247 @@
+// Command capi is libspdl.so: the C ABI of the spdl-go engine, built with
+//
+//	go build -buildmode=c-shared -o libspdl.so ./capi
+//
+// spdl.h documents every function. Each export recovers panics and turns
+// them into SPDL_ERROR, since a panic that crossed into the host would kill
+// the user's training process.
+package main
+
+// #include <stdlib.h>
+// #include <stdint.h>
+// #include "bridge.h"
+// enum { SPDL_OK = 0, SPDL_END = 1, SPDL_TIMEOUT = 2, SPDL_ERROR = -1 };
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/cgo"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/pipeline"
+	"github.com/spdl-go/spdl-go/core/value"
+	"github.com/spdl-go/spdl-go/core/wire"
+)
+
+func main() {}
+
+const version = "0.1.0"
+
+var cVersion = C.CString(version) // static for the life of the process
+
+// setErr stores a malloc'd copy of err's text in *out, which the caller frees.
+func setErr(out **C.char, err error) {
+	if out != nil {
+		*out = C.CString(err.Error())
+	}
+}
+
+// guard converts a panic in an export into SPDL_ERROR. Use as
+// `defer guard(&rc, errOut)` with a named result.
+func guard(rc *C.int, errOut **C.char) {
+	if r := recover(); r != nil {
+		*rc = C.SPDL_ERROR
+		setErr(errOut, fmt.Errorf("spdl-go internal error (please report): panic: %v\n%s", r, debug.Stack()))
+	}
+}
+
+// handle is what a pipeline handle refers to. The mutex serialises
+// free against the other calls; Next itself may run while Stats runs.
+type handle struct {
+	p     *pipeline.Pipeline
+	mu    sync.RWMutex
+	freed bool
+}
+
+func lookup(h C.uint64_t) (*handle, error) {
+	if h == 0 {
+		return nil, errors.New("invalid pipeline handle 0")
+	}
+	var hd *handle
+	var err error
+	func() {
+		defer func() {
+			if recover() != nil { // cgo.Handle.Value panics on unknown handles
+				err = fmt.Errorf("invalid or freed pipeline handle %d", uint64(h))
+			}
+		}()
+		hd = cgo.Handle(h).Value().(*handle)
+	}()
+	return hd, err
+}
+
+// withPipeline runs f on a live pipeline under the read lock.
+func withPipeline(h C.uint64_t, f func(p *pipeline.Pipeline) error) error {
+	hd, err := lookup(h)
+	if err != nil {
+		return err
+	}
+	hd.mu.RLock()
+	defer hd.mu.RUnlock()
+	if hd.freed {
+		return fmt.Errorf("pipeline handle %d was freed", uint64(h))
+	}
+	return f(hd.p)
+}
+
+//export spdl_init
+func spdl_init(call C.spdl_call_fn, next C.spdl_next_fn, release C.spdl_release_fn, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	pyCallFn.Store((*byte)(unsafe.Pointer(call)))
+	pyNextFn.Store((*byte)(unsafe.Pointer(next)))
+	pyReleaseFn.Store((*byte)(unsafe.Pointer(release)))
+	return C.SPDL_OK
+}
+
+//export spdl_version
+func spdl_version() *C.char { return cVersion }
+
+//export spdl_ops
+func spdl_ops(outJSON **C.char, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	b, err := json.Marshal(ops.Names())
+	if err != nil {
+		setErr(errOut, err)
+		return C.SPDL_ERROR
+	}
+	*outJSON = C.CString(string(b))
+	return C.SPDL_OK
+}
+
+//export spdl_pipeline_new
+func spdl_pipeline_new(spec *C.char, specLen C.size_t, out *C.uint64_t, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	cfg, err := buildConfig(C.GoBytes(unsafe.Pointer(spec), C.int(specLen)))
+	if err == nil {
+		var p *pipeline.Pipeline
+		if p, err = pipeline.New(cfg); err == nil {
+			*out = C.uint64_t(cgo.NewHandle(&handle{p: p}))
+			return C.SPDL_OK
+		}
+	}
+	setErr(errOut, err)
+	return C.SPDL_ERROR
+}
+
+//export spdl_pipeline_start
+func spdl_pipeline_start(h C.uint64_t, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	if err := withPipeline(h, func(p *pipeline.Pipeline) error { return p.Start() }); err != nil {
+		setErr(errOut, err)
+		return C.SPDL_ERROR
+	}
+	return C.SPDL_OK
+}
+
+//export spdl_pipeline_next
+func spdl_pipeline_next(h C.uint64_t, timeoutUs C.int64_t, out *C.spdl_buf, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	rc = C.SPDL_OK
+	err := withPipeline(h, func(p *pipeline.Pipeline) error {
+		timeout := time.Duration(timeoutUs) * time.Microsecond
+		if timeoutUs < 0 {
+			timeout = -1
+		}
+		item, err := p.Next(context.Background(), timeout)
+		switch {
+		case errors.Is(err, pipeline.ErrEndOfData):
+			rc = C.SPDL_END
+			return nil
+		case errors.Is(err, pipeline.ErrTimeout):
+			rc = C.SPDL_TIMEOUT
+			return nil
+		case err != nil:
+			return err
+		}
+		return encodeOut(item, out)
+	})
+	if err != nil {
+		setErr(errOut, err)
+		return C.SPDL_ERROR
+	}
+	return rc
+}
+
+// encodeOut hands item to the caller as a malloc'd wire buffer.
+func encodeOut(item any, out *C.spdl_buf) error {
+	bp := encodeBufs.Get().(*[]byte)
+	defer encodeBufs.Put(bp)
+	buf, err := wire.Encode((*bp)[:0], item)
+	if err != nil {
+		value.Release(item)
+		return fmt.Errorf("sink: cannot hand the item to the caller: %w", err)
+	}
+	*bp = buf
+	C.spdl_buf_set(out, unsafe.Pointer(&buf[0]), C.size_t(len(buf)))
+	if out.data == nil {
+		return errors.New("sink: out of memory copying the item")
+	}
+	return nil
+}
+
+//export spdl_pipeline_stop
+func spdl_pipeline_stop(h C.uint64_t, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	if err := withPipeline(h, func(p *pipeline.Pipeline) error { p.Stop(); return nil }); err != nil {
+		setErr(errOut, err)
+		return C.SPDL_ERROR
+	}
+	return C.SPDL_OK
+}
+
+//export spdl_pipeline_stats
+func spdl_pipeline_stats(h C.uint64_t, outJSON **C.char, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	err := withPipeline(h, func(p *pipeline.Pipeline) error {
+		b, err := json.Marshal(p.Stats())
+		if err != nil {
+			return err
+		}
+		*outJSON = C.CString(string(b))
+		return nil
+	})
+	if err != nil {
+		setErr(errOut, err)
+		return C.SPDL_ERROR
+	}
+	return C.SPDL_OK
+}
+
+//export spdl_pipeline_free
+func spdl_pipeline_free(h C.uint64_t, wait C.int, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	hd, err := lookup(h)
+	if err != nil {
+		setErr(errOut, err)
+		return C.SPDL_ERROR
+	}
+	if wait == 0 {
+		// A finaliser may free a pipeline from one of that pipeline's own
+		// callback threads; waiting for its threads there would deadlock.
+		// The reaper goroutine ends when Stop returns.
+		hd.invalidate(h)
+		go hd.p.Stop()
+		return C.SPDL_OK
+	}
+	hd.p.Stop() // before taking the lock: a Next in flight returns once stopped
+	hd.invalidate(h)
+	return C.SPDL_OK
+}
+
+// invalidate makes every later call with h fail; the first caller deletes
+// the cgo handle.
+func (hd *handle) invalidate(h C.uint64_t) {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if !hd.freed {
+		hd.freed = true
+		cgo.Handle(h).Delete()
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+// #include <stdlib.h>
+// #include "bridge.h"
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/spdl-go/spdl-go/core/pipeline"
+	"github.com/spdl-go/spdl-go/core/value"
+	"github.com/spdl-go/spdl-go/core/wire"
+)
+
+// The host's callbacks, set once by spdl_init. They are C function
+// pointers, never Go pointers.
+var (
+	pyCallFn    atomic.Pointer[byte] // C.spdl_call_fn
+	pyNextFn    atomic.Pointer[byte] // C.spdl_next_fn
+	pyReleaseFn atomic.Pointer[byte] // C.spdl_release_fn
+)
+
+// pyDecoder adopts Python object ids and hands them back through the
+// release callback when Go drops them.
+var pyDecoder = &wire.Decoder{ReleasePy: releasePyObject}
+
+func releasePyObject(id uint64) {
+	if f := pyReleaseFn.Load(); f != nil {
+		C.spdl_invoke_release(C.spdl_release_fn(unsafe.Pointer(f)), C.uint64_t(id))
+	}
+}
+
+// PythonError is a Python exception raised by a stage or source; Msg holds
+// its traceback as Python formatted it.
+type PythonError struct{ Msg string }
+
+func (e *PythonError) Error() string { return e.Msg }
+
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// takeBuf copies a buffer that the host filled with spdl_buf_set and frees it.
+func takeBuf(out *C.spdl_buf) []byte {
+	if out.data == nil {
+		return nil
+	}
+	b := C.GoBytes(unsafe.Pointer(out.data), C.int(out.len))
+	C.free(unsafe.Pointer(out.data))
+	return b
+}
+
+// pyOp runs a Python callable registered under id on the host side.
+type pyOp struct{ id uint64 }
+
+func (o *pyOp) Process(ctx context.Context, in any) (any, error) {
+	f := pyCallFn.Load()
+	if f == nil {
+		value.Release(in)
+		return nil, fmt.Errorf("python stage: spdl_init was not called with a call callback")
+	}
+	bp := encodeBufs.Get().(*[]byte)
+	defer encodeBufs.Put(bp)
+	buf, err := wire.Encode((*bp)[:0], in)
+	if err != nil {
+		value.Release(in)
+		return nil, fmt.Errorf("cannot pass the item to Python: %w", err)
+	}
+	*bp = buf
+	var out C.spdl_buf
+	// The argument bytes are Go memory holding no Go pointers, borrowed
+	// only for the duration of the call, which cgo allows.
+	rc := C.spdl_invoke_call(C.spdl_call_fn(unsafe.Pointer(f)), C.uint64_t(o.id),
+		(*C.uint8_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &out)
+	res := takeBuf(&out)
+	if rc != 0 {
+		return nil, &PythonError{Msg: string(res)}
+	}
+	return pyDecoder.Decode(res)
+}
+
+// pySource pulls items from a Python iterator registered under id; the
+// host creates a fresh iterator before each epoch starts.
+type pySource struct{ id uint64 }
+
+func (s *pySource) Open(ctx context.Context) (pipeline.Iterator, error) {
+	if pyNextFn.Load() == nil {
+		return nil, fmt.Errorf("python source: spdl_init was not called with a next callback")
+	}
+	return &pyIterator{id: s.id}, nil
+}
+
+type pyIterator struct{ id uint64 }
+
+func (it *pyIterator) Next(ctx context.Context) (any, error) {
+	var out C.spdl_buf
+	rc := C.spdl_invoke_next(C.spdl_next_fn(unsafe.Pointer(pyNextFn.Load())), C.uint64_t(it.id), &out)
+	res := takeBuf(&out)
+	switch rc {
+	case 0:
+		return pyDecoder.Decode(res)
+	case 1:
+		return nil, io.EOF
+	default:
+		return nil, &PythonError{Msg: string(res)}
+	}
+}
+
+func (it *pyIterator) Close() error { return nil }

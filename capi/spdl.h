@@ -1,0 +1,154 @@
+/* spdl.h: the C ABI of libspdl.so, the spdl-go data-loading engine.
+ *
+ * Built with `go build -buildmode=c-shared -o libspdl.so ./capi`.
+ * Every function may be called from any thread. None keeps a pointer the
+ * caller passed in after it returns.
+ *
+ * Return codes (int):
+ *   SPDL_OK       0   success; for spdl_pipeline_next, *out holds one item
+ *   SPDL_END      1   spdl_pipeline_next: the epoch has ended; start another
+ *   SPDL_TIMEOUT  2   spdl_pipeline_next: nothing arrived within the timeout
+ *   SPDL_ERROR   -1   failure; *err (when err is not NULL) is set to a
+ *                     malloc'd UTF-8 message the caller frees with spdl_free
+ *
+ * Memory: every char* and spdl_buf.data this library hands out was
+ * allocated with malloc and is freed by the caller with spdl_free. Items
+ * travel in the wire format documented in core/wire/wire.go; the
+ * references inside an item (tensors, Arrow arrays, Python object ids)
+ * belong to whoever receives the bytes.
+ *
+ * A Go panic never crosses this boundary: it becomes SPDL_ERROR with a
+ * message that says it is an internal error.
+ */
+#ifndef SPDL_H
+#define SPDL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPDL_OK 0
+#define SPDL_END 1
+#define SPDL_TIMEOUT 2
+#define SPDL_ERROR (-1)
+
+/* A malloc'd byte buffer. Ownership is stated at each use. */
+typedef struct spdl_buf {
+  uint8_t *data;
+  size_t len;
+} spdl_buf;
+
+/* Callbacks into the host language (Python), installed once by spdl_init.
+ * They are called from Go threads, concurrently; a host that needs a lock
+ * (the GIL) takes it inside the callback.
+ *
+ * spdl_call_fn: run callable `fn_id` on the wire-encoded argument `in`
+ *   (borrowed for the call). On success return 0 and fill *out with the
+ *   encoded result; on failure return -1 and fill *out with a UTF-8 error
+ *   message (a traceback). Fill *out with spdl_buf_set; Go frees it.
+ * spdl_next_fn: advance source `src_id`: 0 and *out = encoded item, 1 at
+ *   the end of the epoch (out untouched), -1 and *out = error message.
+ * spdl_release_fn: Go dropped its reference to registry object `obj_id`.
+ */
+typedef int (*spdl_call_fn)(uint64_t fn_id, const uint8_t *in, size_t in_len, spdl_buf *out);
+typedef int (*spdl_next_fn)(uint64_t src_id, spdl_buf *out);
+typedef void (*spdl_release_fn)(uint64_t obj_id);
+
+/* Installs the callbacks (any may be NULL if the host never uses Python
+ * stages or sources). Call once, before building pipelines that use them. */
+int spdl_init(spdl_call_fn call, spdl_next_fn next, spdl_release_fn release, char **err);
+
+/* Copies n bytes into a fresh malloc'd buffer stored in *out (for callbacks). */
+void spdl_buf_set(spdl_buf *out, const void *data, size_t n);
+
+/* Frees anything this library handed out (strings, spdl_buf.data). NULL is fine. */
+void spdl_free(void *p);
+
+/* The library version, e.g. "0.1.0"; static, do not free. */
+const char *spdl_version(void);
+
+/* Names of the native ops as a JSON array; caller frees *out_json. */
+int spdl_ops(char **out_json, char **err);
+
+/* Pipelines are referred to by opaque non-zero handles.
+ *
+ * spdl_pipeline_new: builds a pipeline from a JSON spec (see
+ *   python/spdl_go/pipeline.py for the schema); *out receives the handle.
+ *   The spec is copied. The pipeline is idle until spdl_pipeline_start.
+ * spdl_pipeline_start: begins one epoch (a pass over the source). Fails if
+ *   an epoch is running. After an epoch ends, start begins the next one.
+ * spdl_pipeline_next: waits up to timeout_us microseconds (< 0: forever)
+ *   for the next item. SPDL_OK: *out is the wire-encoded item, owned by the
+ *   caller (free out->data with spdl_free after decoding; the references
+ *   inside now belong to the caller). SPDL_END, SPDL_TIMEOUT: *out is
+ *   untouched. SPDL_ERROR: the epoch failed (the message names the stage
+ *   and item) or the handle is invalid.
+ * spdl_pipeline_stop: cancels the running epoch and waits until all of its
+ *   threads have finished; items still buffered are released. Safe twice.
+ * spdl_pipeline_stats: *out_json = per-stage statistics as JSON; caller frees.
+ * spdl_pipeline_free: invalidates the handle and stops the pipeline; with
+ *   wait != 0 it returns once every thread of the pipeline has finished,
+ *   with wait == 0 it returns at once and the stop completes in the
+ *   background (for finalisers that may run on the pipeline's own threads).
+ */
+int spdl_pipeline_new(const char *spec_json, size_t spec_len, uint64_t *out, char **err);
+int spdl_pipeline_start(uint64_t pipeline, char **err);
+int spdl_pipeline_next(uint64_t pipeline, int64_t timeout_us, spdl_buf *out, char **err);
+int spdl_pipeline_stop(uint64_t pipeline, char **err);
+int spdl_pipeline_stats(uint64_t pipeline, char **out_json, char **err);
+int spdl_pipeline_free(uint64_t pipeline, int wait, char **err);
+
+/* ---- Tensors (core/tensor/tensor.h) ----
+ * A spdl_tensor is a refcounted block of C memory (or an adopted foreign
+ * DLPack tensor) with its DLTensor view. Wire tag 'D' moves one reference.
+ *
+ * spdl_tensor_incref / spdl_tensor_decref: take / drop a reference; the
+ *   memory returns to the pool when the last one goes.
+ * spdl_tensor_dltensor: the DLTensor view (borrowed, valid while a
+ *   reference is held).
+ * spdl_tensor_to_dlpack_versioned / _legacy: a new DLManagedTensor(Versioned)
+ *   holding a new reference; its deleter drops it. Hand it to a consumer.
+ * spdl_mem_stats: out[0] live tensors, out[1] live bytes, out[2] bytes
+ *   cached in the pool, out[3] allocations made.
+ * spdl_mem_set_pool_limit: bytes the pool may cache (default 256 MiB).
+ * spdl_mem_trim: frees every cached buffer.
+ */
+typedef struct spdl_tensor spdl_tensor;
+struct DLTensor;
+struct DLManagedTensor;
+struct DLManagedTensorVersioned;
+void spdl_tensor_incref(spdl_tensor *t);
+void spdl_tensor_decref(spdl_tensor *t);
+const struct DLTensor *spdl_tensor_dltensor(const spdl_tensor *t);
+struct DLManagedTensorVersioned *spdl_tensor_to_dlpack_versioned(spdl_tensor *t);
+struct DLManagedTensor *spdl_tensor_to_dlpack_legacy(spdl_tensor *t);
+void spdl_mem_stats(int64_t out[4]);
+void spdl_mem_set_pool_limit(int64_t bytes);
+void spdl_mem_trim(void);
+
+/* ---- Python capsules ----
+ * The host registers the running interpreter's PyCapsule_IsValid and
+ * PyCapsule_GetPointer (e.g. from ctypes.pythonapi) once; then these
+ * destructors can be given to PyCapsule_New:
+ *   spdl_dlpack_capsule_destructor: for "dltensor_versioned" and "dltensor"
+ *     capsules; calls the tensor's deleter only if no consumer took it
+ *     (a consumer renames the capsule "used_dltensor...").
+ *   spdl_arrow_schema_capsule_destructor / spdl_arrow_array_capsule_destructor:
+ *     for "arrow_schema" / "arrow_array" capsules; call the struct's release
+ *     callback if a consumer did not move it out, then free the struct.
+ * spdl_arrow_free: releases (if not moved out) and frees an exported pair
+ *   that never went into capsules. Either pointer may be NULL.
+ */
+void spdl_set_python_api(void *capsule_is_valid, void *capsule_get_pointer);
+void spdl_dlpack_capsule_destructor(void *capsule);
+void spdl_arrow_schema_capsule_destructor(void *capsule);
+void spdl_arrow_array_capsule_destructor(void *capsule);
+void spdl_arrow_free(void *schema, void *array);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPDL_H */

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/pipeline"
+)
+
+// pipelineSpec is the JSON a host sends to spdl_pipeline_new.
+//
+//	{"source": {"kind": "python", "id": 1} | {"kind": "range", "start": 0, "stop": 10, "step": 1},
+//	 "stages": [{"kind": "pipe", "name": "decode", "concurrency": 4, "output_order": "input",
+//	             "max_failures": -1,
+//	             "op": {"kind": "native", "name": "identity", "options": {}} | {"kind": "python", "id": 2}},
+//	            {"kind": "aggregate", "size": 32, "drop_last": false},
+//	            {"kind": "disaggregate"}],
+//	 "buffer_size": 3, "queue_size": 2, "max_failures": -1, "num_threads": 0}
+type pipelineSpec struct {
+	Source      *sourceSpec `json:"source"`
+	Stages      []stageSpec `json:"stages"`
+	BufferSize  *int        `json:"buffer_size"`
+	QueueSize   int         `json:"queue_size"`
+	MaxFailures *int        `json:"max_failures"`
+	NumThreads  int         `json:"num_threads"`
+}
+
+type sourceSpec struct {
+	Kind  string `json:"kind"`
+	ID    uint64 `json:"id"`
+	Start int64  `json:"start"`
+	Stop  int64  `json:"stop"`
+	Step  int64  `json:"step"`
+}
+
+type stageSpec struct {
+	Kind        string  `json:"kind"`
+	Name        string  `json:"name"`
+	Op          *opSpec `json:"op"`
+	Concurrency int     `json:"concurrency"`
+	OutputOrder string  `json:"output_order"`
+	MaxFailures *int    `json:"max_failures"`
+	Size        int     `json:"size"`
+	DropLast    bool    `json:"drop_last"`
+}
+
+type opSpec struct {
+	Kind    string         `json:"kind"`
+	Name    string         `json:"name"`
+	ID      uint64         `json:"id"`
+	Options map[string]any `json:"options"`
+}
+
+// buildConfig turns a JSON spec into an engine configuration; errors name
+// the field (and stage index) that is wrong.
+func buildConfig(raw []byte) (pipeline.Config, error) {
+	var spec pipelineSpec
+	var cfg pipeline.Config
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return cfg, fmt.Errorf("pipeline spec is not valid JSON: %w", err)
+	}
+	if spec.Source == nil {
+		return cfg, fmt.Errorf("pipeline spec: no source (add_source was not called)")
+	}
+	switch spec.Source.Kind {
+	case "python":
+		cfg.Source = &pySource{id: spec.Source.ID}
+	case "range":
+		step := spec.Source.Step
+		if step == 0 {
+			step = 1
+		}
+		cfg.Source = pipeline.Range(spec.Source.Start, spec.Source.Stop, step)
+	default:
+		return cfg, fmt.Errorf("pipeline spec: unknown source kind %q (want \"python\" or \"range\")", spec.Source.Kind)
+	}
+	for i, s := range spec.Stages {
+		st := pipeline.StageConfig{Name: s.Name, MaxFailures: -1}
+		if s.MaxFailures != nil {
+			st.MaxFailures = *s.MaxFailures
+		}
+		switch s.Kind {
+		case "pipe":
+			st.Kind = pipeline.KindPipe
+			st.Concurrency = s.Concurrency
+			switch s.OutputOrder {
+			case "", "completion":
+				st.Order = pipeline.OrderCompletion
+			case "input":
+				st.Order = pipeline.OrderInput
+			default:
+				return cfg, fmt.Errorf("stage %d (%s): output_order %q: want \"completion\" or \"input\"", i, s.Name, s.OutputOrder)
+			}
+			op, err := buildOp(s.Op)
+			if err != nil {
+				return cfg, fmt.Errorf("stage %d (%s): %w", i, s.Name, err)
+			}
+			st.Op = op
+		case "aggregate":
+			st.Kind = pipeline.KindAggregate
+			st.Size = s.Size
+			st.DropLast = s.DropLast
+		case "disaggregate":
+			st.Kind = pipeline.KindDisaggregate
+		default:
+			return cfg, fmt.Errorf("stage %d: unknown kind %q (want \"pipe\", \"aggregate\" or \"disaggregate\")", i, s.Kind)
+		}
+		cfg.Stages = append(cfg.Stages, st)
+	}
+	cfg.BufferSize = 3
+	if spec.BufferSize != nil {
+		cfg.BufferSize = *spec.BufferSize
+	}
+	cfg.QueueSize = spec.QueueSize
+	cfg.MaxFailures = -1
+	if spec.MaxFailures != nil {
+		cfg.MaxFailures = *spec.MaxFailures
+	}
+	cfg.NumThreads = spec.NumThreads
+	return cfg, nil
+}
+
+func buildOp(s *opSpec) (pipeline.Op, error) {
+	if s == nil {
+		return nil, fmt.Errorf("pipe stage has no op")
+	}
+	switch s.Kind {
+	case "native":
+		return ops.New(s.Name, s.Options)
+	case "python":
+		return &pyOp{id: s.ID}, nil
+	default:
+		return nil, fmt.Errorf("unknown op kind %q (want \"native\" or \"python\")", s.Kind)
+	}
+}

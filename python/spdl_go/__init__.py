@@ -1,0 +1,46 @@
+"""spdl-go: a GIL-free data loader whose engine is written in Go.
+
+Pipelines run on Go threads; batches reach Python zero-copy as DLPack
+tensors and Arrow arrays.
+
+Example:
+    >>> import spdl_go
+    >>> p = spdl_go.PipelineBuilder().add_source(range(4)).pipe(str).add_sink().build()
+    >>> list(p)
+    ['0', '1', '2', '3']
+"""
+
+from . import ops, sources
+from ._buffers import ArrowArray, Tensor
+from ._lib import LIB as _LIB
+from .pipeline import Pipeline, PipelineBuilder, PipelineError, PipelineStats, StageStats
+
+__version__ = _LIB.spdl_version().decode()
+
+__all__ = [
+    "ArrowArray",
+    "Pipeline",
+    "PipelineBuilder",
+    "PipelineError",
+    "PipelineStats",
+    "StageStats",
+    "Tensor",
+    "__version__",
+    "memory_stats",
+    "ops",
+    "sources",
+]
+
+
+def memory_stats() -> dict[str, int]:
+    """Counters of the engine's C tensor memory (for leak checks and tuning).
+
+    Returns:
+        live_tensors, live_bytes (in use), pooled_bytes (cached for reuse),
+        allocations (made since start).
+    """
+    import ctypes
+
+    out = (ctypes.c_int64 * 4)()
+    _LIB.spdl_mem_stats(ctypes.byref(out))
+    return {"live_tensors": out[0], "live_bytes": out[1], "pooled_bytes": out[2], "allocations": out[3]}

@@ -1,0 +1,131 @@
+"""Loads libspdl.so and declares every C signature, once, at import.
+
+Nothing here is mutated after import, so the module is safe to use from
+many threads on free-threaded CPython too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    c_char_p,
+    c_int,
+    c_int64,
+    c_size_t,
+    c_uint8,
+    c_uint64,
+    c_void_p,
+)
+from pathlib import Path
+
+__all__ = ["LIB", "SPDL_END", "SPDL_ERROR", "SPDL_OK", "SPDL_TIMEOUT", "SpdlBuf", "check_fork"]
+
+SPDL_OK = 0
+SPDL_END = 1
+SPDL_TIMEOUT = 2
+SPDL_ERROR = -1
+
+
+class SpdlBuf(Structure):
+    """``spdl_buf``: a malloc'd byte buffer handed out by the library."""
+
+    _fields_ = [("data", c_void_p), ("len", c_size_t)]
+
+
+CALL_FN = CFUNCTYPE(c_int, c_uint64, c_void_p, c_size_t, c_void_p)
+NEXT_FN = CFUNCTYPE(c_int, c_uint64, c_void_p)
+RELEASE_FN = CFUNCTYPE(None, c_uint64)
+
+
+def _find_library() -> Path:
+    override = os.environ.get("SPDL_GO_LIBRARY")
+    if override:
+        return Path(override)
+    return Path(__file__).with_name("libspdl.so")
+
+
+def _load() -> ctypes.CDLL:
+    path = _find_library()
+    if not path.exists():
+        raise ImportError(
+            f"spdl_go: {path} is missing. Build it with `make build` (needs Go >= 1.26) "
+            "or reinstall with `pip install .` from the spdl-go checkout."
+        )
+    # CDLL (not PyDLL): ctypes releases the GIL around every call, so Go
+    # works while Python runs.
+    return ctypes.CDLL(str(path))
+
+
+LIB = _load()
+
+_ERR = POINTER(c_void_p)
+_SIGNATURES: dict[str, tuple[list, object]] = {
+    "spdl_init": ([CALL_FN, NEXT_FN, RELEASE_FN, _ERR], c_int),
+    "spdl_buf_set": ([c_void_p, c_char_p, c_size_t], None),
+    "spdl_free": ([c_void_p], None),
+    "spdl_version": ([], c_char_p),
+    "spdl_ops": ([POINTER(c_void_p), _ERR], c_int),
+    "spdl_pipeline_new": ([c_char_p, c_size_t, POINTER(c_uint64), _ERR], c_int),
+    "spdl_pipeline_start": ([c_uint64, _ERR], c_int),
+    "spdl_pipeline_next": ([c_uint64, c_int64, POINTER(SpdlBuf), _ERR], c_int),
+    "spdl_pipeline_stop": ([c_uint64, _ERR], c_int),
+    "spdl_pipeline_stats": ([c_uint64, POINTER(c_void_p), _ERR], c_int),
+    "spdl_pipeline_free": ([c_uint64, c_int, _ERR], c_int),
+    "spdl_tensor_incref": ([c_void_p], None),
+    "spdl_tensor_decref": ([c_void_p], None),
+    "spdl_tensor_dltensor": ([c_void_p], c_void_p),
+    "spdl_tensor_to_dlpack_versioned": ([c_void_p], c_void_p),
+    "spdl_tensor_to_dlpack_legacy": ([c_void_p], c_void_p),
+    "spdl_mem_stats": ([POINTER(c_int64 * 4)], None),
+    "spdl_mem_set_pool_limit": ([c_int64], None),
+    "spdl_mem_trim": ([], None),
+    "spdl_set_python_api": ([c_void_p, c_void_p], None),
+    "spdl_arrow_free": ([c_void_p, c_void_p], None),
+}
+for _name, (_args, _res) in _SIGNATURES.items():
+    _fn = getattr(LIB, _name)
+    _fn.argtypes = _args
+    _fn.restype = _res
+
+# The capsule destructors are C functions; PyCapsule_New takes their address.
+DLPACK_CAPSULE_DESTRUCTOR = ctypes.cast(LIB.spdl_dlpack_capsule_destructor, c_void_p).value
+ARROW_SCHEMA_CAPSULE_DESTRUCTOR = ctypes.cast(LIB.spdl_arrow_schema_capsule_destructor, c_void_p).value
+ARROW_ARRAY_CAPSULE_DESTRUCTOR = ctypes.cast(LIB.spdl_arrow_array_capsule_destructor, c_void_p).value
+
+# The library reads capsules through the running interpreter's own API.
+LIB.spdl_set_python_api(
+    ctypes.cast(ctypes.pythonapi.PyCapsule_IsValid, c_void_p),
+    ctypes.cast(ctypes.pythonapi.PyCapsule_GetPointer, c_void_p),
+)
+
+_PID = os.getpid()
+
+
+def check_fork() -> None:
+    """Raises if this process is a fork of the one that loaded the library.
+
+    The Go runtime's threads do not survive ``fork()``; using the library in
+    the child would hang. This is what happens inside a torch DataLoader
+    worker started with the default "fork" method.
+    """
+    if os.getpid() != _PID:
+        raise RuntimeError(
+            "spdl_go was loaded before os.fork(); its Go threads do not exist in this child "
+            f"process (pid {os.getpid()}, loaded in {_PID}). Build pipelines in the parent and "
+            "iterate them there (spdl_go needs no worker processes), or start workers with the "
+            "'spawn' or 'forkserver' method."
+        )
+
+
+def take_string(ptr: int | None) -> str:
+    """Copies and frees a malloc'd C string handed out by the library."""
+    if not ptr:
+        return ""
+    try:
+        return ctypes.string_at(ptr).decode("utf-8", "replace")
+    finally:
+        LIB.spdl_free(ptr)
