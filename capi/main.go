@@ -24,6 +24,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/spdl-go/spdl-go/core/columnar"
 	"github.com/spdl-go/spdl-go/core/ops"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/value"
@@ -113,6 +114,11 @@ func spdl_ops(outJSON **C.char, errOut **C.char) (rc C.int) {
 	}
 	*outJSON = C.CString(string(b))
 	return C.SPDL_OK
+}
+
+//export spdl_arrow_allocated_bytes
+func spdl_arrow_allocated_bytes() C.int64_t {
+	return C.int64_t(columnar.Allocator.AllocatedBytes())
 }
 
 //export spdl_pipeline_new

@@ -27,7 +27,7 @@ var (
 
 // pyDecoder adopts Python object ids and hands them back through the
 // release callback when Go drops them.
-var pyDecoder = &wire.Decoder{ReleasePy: releasePyObject}
+var pyDecoder = &wire.Decoder{ReleasePy: releasePyObject, TrustPointers: true}
 
 func releasePyObject(id uint64) {
 	if f := pyReleaseFn.Load(); f != nil {

@@ -129,6 +129,9 @@ void spdl_mem_stats(int64_t out[4]);
 void spdl_mem_set_pool_limit(int64_t bytes);
 void spdl_mem_trim(void);
 
+/* Bytes of Arrow buffers (C memory) alive now, exported or not. */
+int64_t spdl_arrow_allocated_bytes(void);
+
 /* ---- Python capsules ----
  * The host registers the running interpreter's PyCapsule_IsValid and
  * PyCapsule_GetPointer (e.g. from ctypes.pythonapi) once; then these

@@ -15,6 +15,10 @@ import (
 type Decoder struct {
 	// ReleasePy is called when Go drops a Python object reference.
 	ReleasePy func(id uint64)
+	// TrustPointers admits the tags that carry raw C pointers ('D', 'V',
+	// 'v'). Only bytes from the in-process host may carry them; without it
+	// those tags are an error, so arbitrary bytes can be decoded safely.
+	TrustPointers bool
 }
 
 // Decode reads one value that fills b. On error, whatever was adopted so
@@ -87,6 +91,9 @@ func (r *reader) value(depth int) (any, error) {
 	}
 	tag := r.buf[r.pos]
 	r.pos++
+	if (tag == tagTensor || tag == tagDLPackV || tag == tagDLPackV0) && !r.dec.TrustPointers {
+		return nil, fmt.Errorf("wire: pointer tag %q at byte %d from an untrusted sender", tag, r.pos-1)
+	}
 	switch tag {
 	case tagNone:
 		return nil, nil
@@ -108,7 +115,9 @@ func (r *reader) value(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return append([]byte(nil), b...), nil
+		out := make([]byte, len(b)) // a copy: b aliases the sender's buffer
+		copy(out, b)
+		return out, nil
 	case tagList, tagTuple:
 		n, err := r.length()
 		if err != nil {

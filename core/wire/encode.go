@@ -123,3 +123,14 @@ func encodeSeq(dst []byte, tag byte, xs []any) []byte {
 	}
 	return dst
 }
+
+// FreeExportedArrow releases an Arrow pair that Encode wrote (the 16 bytes
+// after an 'A' tag) when the receiver will never see it, e.g. in tests.
+func FreeExportedArrow(b []byte) {
+	schema := (*cdata.CArrowSchema)(unsafe.Pointer(uintptr(binary.LittleEndian.Uint64(b))))
+	arr := (*cdata.CArrowArray)(unsafe.Pointer(uintptr(binary.LittleEndian.Uint64(b[8:]))))
+	cdata.ReleaseCArrowArray(arr)
+	cdata.ReleaseCArrowSchema(schema)
+	C.free(unsafe.Pointer(arr))
+	C.free(unsafe.Pointer(schema))
+}

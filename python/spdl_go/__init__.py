@@ -26,6 +26,7 @@ __all__ = [
     "StageStats",
     "Tensor",
     "__version__",
+    "arrow_allocated_bytes",
     "memory_stats",
     "ops",
     "sources",
@@ -44,3 +45,8 @@ def memory_stats() -> dict[str, int]:
     out = (ctypes.c_int64 * 4)()
     _LIB.spdl_mem_stats(ctypes.byref(out))
     return {"live_tensors": out[0], "live_bytes": out[1], "pooled_bytes": out[2], "allocations": out[3]}
+
+
+def arrow_allocated_bytes() -> int:
+    """Bytes of Arrow column buffers alive in C memory (for leak checks)."""
+    return int(_LIB.spdl_arrow_allocated_bytes())

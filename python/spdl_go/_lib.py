@@ -83,6 +83,7 @@ _SIGNATURES: dict[str, tuple[list, object]] = {
     "spdl_mem_stats": ([POINTER(c_int64 * 4)], None),
     "spdl_mem_set_pool_limit": ([c_int64], None),
     "spdl_mem_trim": ([], None),
+    "spdl_arrow_allocated_bytes": ([], c_int64),
     "spdl_set_python_api": ([c_void_p, c_void_p], None),
     "spdl_arrow_free": ([c_void_p, c_void_p], None),
 }

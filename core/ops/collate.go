@@ -1,0 +1,258 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/spdl-go/spdl-go/core/columnar"
+	"github.com/spdl-go/spdl-go/core/tensor"
+	"github.com/spdl-go/spdl-go/core/value"
+)
+
+// collate turns a list of samples (what aggregate emits) into one batch,
+// column by column, recursively:
+//
+//	tensors            -> one tensor (N, ...shape) in pooled C memory
+//	                      (pad=True pads every dim to the largest, with pad_value)
+//	None/bool/int/float/str/bytes -> one Arrow array (columnar.FromValues)
+//	dicts with the same keys      -> a dict of collated columns
+//	tuples (lists) of one length  -> a tuple (list) of collated columns
+//
+// It copies everything it keeps and releases the input samples, on success
+// and on error.
+//
+// Options: pad (bool, default False), pad_value (number, default 0).
+type collate struct {
+	pad      bool
+	padValue float64
+}
+
+func newCollate(m map[string]any) (Op, error) {
+	o := options{m: m}
+	pad, err := o.bool("pad", false)
+	if err != nil {
+		return nil, err
+	}
+	padValue, err := o.number("pad_value", 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.done(); err != nil {
+		return nil, err
+	}
+	return collate{pad: pad, padValue: padValue}, nil
+}
+
+func (c collate) Process(ctx context.Context, in any) (any, error) {
+	defer value.Release(in)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	samples, ok := in.(value.List)
+	if !ok {
+		if s, isSlice := in.([]any); isSlice {
+			samples, ok = s, true
+		}
+	}
+	if !ok {
+		return nil, fmt.Errorf("collate: input is %s, but collate takes a list of samples; aggregate samples into batches before collate", value.Describe(in))
+	}
+	if len(samples) == 0 {
+		return nil, errors.New("collate: the batch is empty; aggregate at least one sample before collate")
+	}
+	out, err := c.column(samples, "")
+	if err != nil {
+		return nil, fmt.Errorf("collate: %w", err)
+	}
+	return out, nil
+}
+
+type category int
+
+const (
+	catNone category = iota
+	catScalar
+	catTensor
+	catDict
+	catTuple
+	catList
+	catOther
+)
+
+func categoryOf(v any) category {
+	switch v.(type) {
+	case nil:
+		return catNone
+	case bool, int64, float64, string, []byte:
+		return catScalar
+	case *tensor.Tensor:
+		return catTensor
+	case *value.Dict:
+		return catDict
+	case value.Tuple:
+		return catTuple
+	case value.List, []any:
+		return catList
+	}
+	return catOther
+}
+
+// at prefixes a column path to a message: `["image"][0]: ...`.
+func at(path string) string {
+	if path == "" {
+		return ""
+	}
+	return path + ": "
+}
+
+// column collates one column: the values at path in every sample.
+func (c collate) column(col []any, path string) (any, error) {
+	cat, first := catNone, 0
+	for i, v := range col {
+		if k := categoryOf(v); k != catNone {
+			cat, first = k, i
+			break
+		}
+	}
+	if cat == catOther {
+		return nil, fmt.Errorf("%scannot collate %s (sample %d); collate takes tensors, numbers, bools, str, bytes, None, and dicts, tuples or lists of them", at(path), value.Describe(col[first]), first)
+	}
+	for i, v := range col {
+		k := categoryOf(v)
+		if k == cat || (cat == catScalar && k == catNone) {
+			continue
+		}
+		return nil, fmt.Errorf("%ssample %d is %s but sample %d is %s; give every sample the same structure", at(path), i, value.Describe(v), first, value.Describe(col[first]))
+	}
+	switch cat {
+	case catTensor:
+		return c.stack(col, path)
+	case catDict:
+		return c.dicts(col, path)
+	case catTuple, catList:
+		return c.sequences(col, path, cat == catTuple)
+	}
+	arr, err := columnar.FromValues(col) // scalars, or all None
+	if err != nil {
+		return nil, fmt.Errorf("%s%w", at(path), err)
+	}
+	return arr, nil
+}
+
+// stack copies equally shaped tensors into one (N, ...shape) tensor.
+func (c collate) stack(col []any, path string) (any, error) {
+	ts := make([]*tensor.Tensor, len(col))
+	for i, v := range col {
+		ts[i] = v.(*tensor.Tensor)
+	}
+	dt, shape0 := ts[0].DType(), ts[0].Shape()
+	batch := append([]int64{int64(len(ts))}, shape0...)
+	ragged := -1
+	for i, t := range ts[1:] {
+		i++
+		if t.DType() != dt {
+			return nil, fmt.Errorf("%ssample %d has dtype %v but sample 0 has %v; convert the samples to one dtype (to_tensor(dtype=...)) before collate", at(path), i, t.DType(), dt)
+		}
+		shape := t.Shape()
+		if len(shape) != len(shape0) {
+			return nil, fmt.Errorf("%ssample %d has shape %v but sample 0 has %v; give the samples the same number of dimensions", at(path), i, shape, shape0)
+		}
+		if slices.Equal(shape, shape0) {
+			continue
+		}
+		if !c.pad {
+			return nil, fmt.Errorf("%ssample %d has shape %v but sample 0 has %v; resize the samples to one shape, or pass pad=True to pad them", at(path), i, shape, shape0)
+		}
+		if ragged < 0 {
+			ragged = i
+		}
+		for d, n := range shape {
+			batch[d+1] = max(batch[d+1], n)
+		}
+	}
+	out, err := tensor.New(dt, batch...)
+	if err != nil {
+		return nil, fmt.Errorf("%s%w", at(path), err)
+	}
+	if ragged >= 0 {
+		if err := out.Fill(c.padValue); err != nil {
+			out.Release()
+			return nil, fmt.Errorf("%scannot pad: %w", at(path), err)
+		}
+	}
+	for i, t := range ts {
+		if err := tensor.CopyInto(out, []int64{int64(i)}, t); err != nil {
+			out.Release()
+			return nil, fmt.Errorf("%ssample %d: %w", at(path), i, err)
+		}
+	}
+	return out, nil
+}
+
+// dicts collates dicts key by key, in the first sample's key order.
+func (c collate) dicts(col []any, path string) (any, error) {
+	ds := make([]*value.Dict, len(col))
+	for i, v := range col {
+		ds[i] = v.(*value.Dict)
+	}
+	d0 := ds[0]
+	for i, d := range ds[1:] {
+		i++
+		for _, k := range d0.Keys {
+			if _, ok := d.Get(k); !ok {
+				return nil, fmt.Errorf("%ssample %d has no key %q (sample 0 has it); give every sample the same keys", at(path), i, k)
+			}
+		}
+		for _, k := range d.Keys {
+			if _, ok := d0.Get(k); !ok {
+				return nil, fmt.Errorf("%ssample %d has key %q that sample 0 lacks; give every sample the same keys", at(path), i, k)
+			}
+		}
+	}
+	out := value.NewDict(d0.Len())
+	column := make([]any, len(ds))
+	for _, k := range d0.Keys {
+		for i, d := range ds {
+			column[i], _ = d.Get(k)
+		}
+		v, err := c.column(column, fmt.Sprintf("%s[%q]", path, k))
+		if err != nil {
+			value.Release(out)
+			return nil, err
+		}
+		out.Keys = append(out.Keys, k)
+		out.Values = append(out.Values, v)
+	}
+	return out, nil
+}
+
+// sequences collates tuples (or lists) of one length position by position.
+func (c collate) sequences(col []any, path string, tuple bool) (any, error) {
+	s0, _ := asSeq(col[0])
+	for i, v := range col[1:] {
+		i++
+		if s, _ := asSeq(v); len(s) != len(s0) {
+			return nil, fmt.Errorf("%ssample %d has %d items but sample 0 has %d; give every sample the same length", at(path), i, len(s), len(s0))
+		}
+	}
+	out := make([]any, len(s0))
+	column := make([]any, len(col))
+	for j := range s0 {
+		for i, v := range col {
+			s, _ := asSeq(v)
+			column[i] = s[j]
+		}
+		v, err := c.column(column, fmt.Sprintf("%s[%d]", path, j))
+		if err != nil {
+			value.Release(value.List(out))
+			return nil, err
+		}
+		out[j] = v
+	}
+	if tuple {
+		return value.Tuple(out), nil
+	}
+	return value.List(out), nil
+}

@@ -1,0 +1,172 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/spdl-go/spdl-go/core/tensor"
+	"github.com/spdl-go/spdl-go/core/value"
+)
+
+// toTensor makes a tensor of one dtype from a number, a bool, a nested
+// rectangular list or tuple of them, or a tensor (converted with a copy,
+// or passed through if it already has the dtype).
+//
+// Options: dtype (str, numpy name, default "float32").
+type toTensor struct {
+	dtype tensor.DType
+}
+
+func newToTensor(m map[string]any) (Op, error) {
+	o := options{m: m}
+	name, err := o.string("dtype", "float32")
+	if err != nil {
+		return nil, err
+	}
+	dt, err := tensor.ParseDType(name)
+	if err != nil {
+		return nil, fmt.Errorf("option \"dtype\": %w", err)
+	}
+	if err := o.done(); err != nil {
+		return nil, err
+	}
+	return toTensor{dt}, nil
+}
+
+func (op toTensor) Process(_ context.Context, in any) (any, error) {
+	out, err := op.convert(in)
+	if err != nil {
+		value.Release(in)
+		return nil, fmt.Errorf("to_tensor: %w", err)
+	}
+	return out, nil
+}
+
+func (op toTensor) convert(in any) (any, error) {
+	if t, ok := in.(*tensor.Tensor); ok {
+		if t.DType() == op.dtype {
+			return t, nil
+		}
+		out, err := t.Convert(op.dtype)
+		if err != nil {
+			return nil, err
+		}
+		t.Release()
+		return out, nil
+	}
+	var shape []int64
+	for v := in; ; {
+		s, ok := asSeq(v)
+		if !ok {
+			break
+		}
+		shape = append(shape, int64(len(s)))
+		if len(s) == 0 {
+			break
+		}
+		v = s[0]
+	}
+	f := flattener{shape: shape, allInt: true}
+	if err := f.walk(in, 0, ""); err != nil {
+		return nil, err
+	}
+	// Fill an int64 or float64 tensor (exact for every input), then convert.
+	var (
+		t   *tensor.Tensor
+		err error
+	)
+	if f.allInt {
+		t, err = tensor.New(tensor.Int64, shape...)
+		if err == nil && len(f.ints) > 0 {
+			copy(unsafe.Slice((*int64)(t.Data()), len(f.ints)), f.ints)
+		}
+	} else {
+		t, err = tensor.New(tensor.Float64, shape...)
+		if err == nil && len(f.floats) > 0 {
+			copy(unsafe.Slice((*float64)(t.Data()), len(f.floats)), f.floats)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t.DType() == op.dtype {
+		return t, nil
+	}
+	defer t.Release()
+	return t.Convert(op.dtype)
+}
+
+// asSeq returns the items of a list or tuple.
+func asSeq(v any) ([]any, bool) {
+	switch x := v.(type) {
+	case value.List:
+		return x, true
+	case value.Tuple:
+		return x, true
+	case []any:
+		return x, true
+	}
+	return nil, false
+}
+
+// flattener checks that a nested list is rectangular and collects its
+// numbers in row-major order.
+type flattener struct {
+	shape  []int64
+	allInt bool
+	ints   []int64
+	floats []float64
+}
+
+func (f *flattener) walk(v any, depth int, path string) error {
+	if depth < len(f.shape) {
+		s, ok := asSeq(v)
+		if !ok {
+			return fmt.Errorf("ragged input: item%s is %s, but a list of %d items is expected there; give every list the same length", path, value.Describe(v), f.shape[depth])
+		}
+		if int64(len(s)) != f.shape[depth] {
+			return fmt.Errorf("ragged input: item%s has %d items, but item%s has %d; give every list the same length (or use collate(pad=True))", path, len(s), firstPath(depth), f.shape[depth])
+		}
+		for i, e := range s {
+			if err := f.walk(e, depth+1, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var x float64
+	switch n := v.(type) {
+	case int64:
+		f.ints = append(f.ints, n)
+		x = float64(n)
+	case bool:
+		if n {
+			f.ints = append(f.ints, 1)
+			x = 1
+		} else {
+			f.ints = append(f.ints, 0)
+		}
+	case float64:
+		f.allInt = false
+		x = n
+	case *tensor.Tensor:
+		return fmt.Errorf("item%s is a tensor; to_tensor takes numbers or lists of numbers (stack tensors with collate)", path)
+	default:
+		if _, ok := asSeq(v); ok {
+			return fmt.Errorf("ragged input: item%s is a list, but item%s is a number; give every list the same depth", path, firstPath(depth))
+		}
+		return fmt.Errorf("cannot make a tensor from %s at item%s; pass int, float, bool or (nested) lists of them", value.Describe(v), path)
+	}
+	f.floats = append(f.floats, x)
+	return nil
+}
+
+// firstPath is the path of the first item at depth: "[0][0]...".
+func firstPath(depth int) string {
+	s := ""
+	for range depth {
+		s += "[0]"
+	}
+	return s
+}

@@ -1,0 +1,316 @@
+// tensor.c: reference-counted CPU tensors, their buffer pool and DLPack
+// exchange. See tensor.h for the contract of each function.
+
+#include "tensor.h"
+
+#include "copy.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OWNER_POOL, OWNER_VERSIONED, OWNER_LEGACY };
+
+struct spdl_tensor {
+  atomic_llong refs;
+  DLTensor dl;       // shape and strides point into dims
+  int owner;         // OWNER_*
+  int read_only;     // imported with DLPACK_FLAG_BITMASK_READ_ONLY
+  void* foreign;     // the imported DLManagedTensor[Versioned]
+  void* buf;         // OWNER_POOL: the pooled buffer
+  size_t cap;        // OWNER_POOL: its size class in bytes
+  int cls;           // OWNER_POOL: its size class index
+  int64_t dims[];    // shape[ndim] then strides[ndim]
+};
+
+// ---- statistics ------------------------------------------------------------
+
+static atomic_llong st_blocks;   // live spdl_tensor blocks
+static atomic_llong st_live;     // bytes of pooled buffers in use
+static atomic_llong st_pooled;   // bytes in the free lists
+static atomic_llong st_allocs;   // buffers obtained from the system
+
+void spdl_mem_stats(int64_t out[4]) {
+  out[0] = atomic_load(&st_blocks);
+  out[1] = atomic_load(&st_live);
+  out[2] = atomic_load(&st_pooled);
+  out[3] = atomic_load(&st_allocs);
+}
+
+// ---- buffer pool -----------------------------------------------------------
+//
+// Size classes: multiples of 4 KiB up to 64 KiB (16 classes), then 8 classes
+// per power of two (waste at most 1/8). A free buffer's first word links it
+// into its class's list, so the lists cost no memory of their own.
+
+#define SMALL_STEP 4096
+#define SMALL_MAX 65536
+#define SMALL_CLASSES 16
+#define MAX_BYTES ((size_t)1 << 62)
+#define NUM_CLASSES (SMALL_CLASSES + (62 - 16) * 8)
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static void* pool_free[NUM_CLASSES];              // guarded by pool_mu
+static long long pool_limit = 256LL << 20;        // guarded by pool_mu
+
+// size_class returns the class index of an n-byte request and stores the
+// class's size in *cap; -1 if n is too large.
+static int size_class(size_t n, size_t* cap) {
+  if (n == 0) n = 1;
+  if (n > MAX_BYTES) return -1;
+  if (n <= SMALL_MAX) {
+    size_t c = (n + SMALL_STEP - 1) / SMALL_STEP;
+    *cap = c * SMALL_STEP;
+    return (int)c - 1;
+  }
+  int k = 63 - __builtin_clzll((unsigned long long)(n - 1));  // 2^k < n <= 2^(k+1)
+  size_t base = (size_t)1 << k, step = base >> 3;
+  size_t m = (n - base + step - 1) / step;  // 1..8
+  *cap = base + m * step;
+  return SMALL_CLASSES + (k - 16) * 8 + (int)(m - 1);
+}
+
+static void* pool_get(size_t n, size_t* cap, int* cls) {
+  int c = size_class(n, cap);
+  if (c < 0) return NULL;
+  pthread_mutex_lock(&pool_mu);
+  void* p = pool_free[c];
+  if (p != NULL) {
+    pool_free[c] = *(void**)p;
+    atomic_fetch_sub(&st_pooled, (long long)*cap);
+  }
+  pthread_mutex_unlock(&pool_mu);
+  if (p == NULL) {
+    p = aligned_alloc(64, *cap);  // cap is a multiple of 4096
+    if (p == NULL) return NULL;
+    atomic_fetch_add(&st_allocs, 1);
+  }
+  atomic_fetch_add(&st_live, (long long)*cap);
+  *cls = c;
+  return p;
+}
+
+static void pool_put(void* p, size_t cap, int cls) {
+  atomic_fetch_sub(&st_live, (long long)cap);
+  pthread_mutex_lock(&pool_mu);
+  if (atomic_load(&st_pooled) + (long long)cap <= pool_limit) {
+    *(void**)p = pool_free[cls];
+    pool_free[cls] = p;
+    atomic_fetch_add(&st_pooled, (long long)cap);
+    p = NULL;
+  }
+  pthread_mutex_unlock(&pool_mu);
+  free(p);
+}
+
+// class_size returns the size of class c (the inverse of size_class).
+static size_t class_size(int c) {
+  if (c < SMALL_CLASSES) return (size_t)(c + 1) * SMALL_STEP;
+  int k = 16 + (c - SMALL_CLASSES) / 8;
+  size_t m = (size_t)((c - SMALL_CLASSES) % 8) + 1;
+  size_t base = (size_t)1 << k;
+  return base + m * (base >> 3);
+}
+
+// shrink_locked unlinks cached buffers, largest classes first, until at most
+// keep bytes remain cached; it returns them as a chain for the caller to free
+// after unlocking.
+static void* shrink_locked(long long keep) {
+  void* chain = NULL;
+  for (int c = NUM_CLASSES - 1; c >= 0 && atomic_load(&st_pooled) > keep; c--) {
+    size_t cap = class_size(c);
+    while (pool_free[c] != NULL && atomic_load(&st_pooled) > keep) {
+      void* p = pool_free[c];
+      pool_free[c] = *(void**)p;
+      *(void**)p = chain;
+      chain = p;
+      atomic_fetch_sub(&st_pooled, (long long)cap);
+    }
+  }
+  return chain;
+}
+
+static void free_chain(void* p) {
+  while (p != NULL) {
+    void* next = *(void**)p;
+    free(p);
+    p = next;
+  }
+}
+
+void spdl_mem_set_pool_limit(int64_t bytes) {
+  if (bytes < 0) bytes = 0;
+  pthread_mutex_lock(&pool_mu);
+  pool_limit = bytes;
+  void* chain = shrink_locked(bytes);
+  pthread_mutex_unlock(&pool_mu);
+  free_chain(chain);
+}
+
+void spdl_mem_trim(void) {
+  pthread_mutex_lock(&pool_mu);
+  void* chain = shrink_locked(0);
+  pthread_mutex_unlock(&pool_mu);
+  free_chain(chain);
+}
+
+// ---- tensors ---------------------------------------------------------------
+
+static spdl_tensor* new_block(int32_t ndim) {
+  spdl_tensor* t = malloc(sizeof(spdl_tensor) + 2 * (size_t)ndim * sizeof(int64_t));
+  if (t == NULL) return NULL;
+  memset(t, 0, sizeof(*t));
+  atomic_init(&t->refs, 1);
+  t->dl.device.device_type = kDLCPU;
+  t->dl.device.device_id = 0;
+  t->dl.ndim = ndim;
+  t->dl.shape = ndim > 0 ? t->dims : NULL;
+  t->dl.strides = ndim > 0 ? t->dims + ndim : NULL;
+  atomic_fetch_add(&st_blocks, 1);
+  return t;
+}
+
+static void set_compact_strides(spdl_tensor* t) {
+  int64_t s = 1;
+  for (int32_t i = t->dl.ndim - 1; i >= 0; i--) {
+    t->dl.strides[i] = s;
+    s *= t->dl.shape[i] > 0 ? t->dl.shape[i] : 1;
+  }
+}
+
+spdl_tensor* spdl_tensor_alloc(int32_t ndim, const int64_t* shape, uint8_t code,
+                               uint8_t bits, uint16_t lanes) {
+  if (ndim < 0 || (ndim > 0 && shape == NULL)) return NULL;
+  if (bits == 0 || bits % 8 != 0 || lanes == 0) return NULL;
+  size_t n = (size_t)(bits / 8) * lanes;
+  for (int32_t i = 0; i < ndim; i++) {
+    if (shape[i] < 0) return NULL;
+    if (shape[i] > 0 && n > MAX_BYTES / (size_t)shape[i]) return NULL;
+    n *= (size_t)shape[i];
+  }
+  spdl_tensor* t = new_block(ndim);
+  if (t == NULL) return NULL;
+  t->owner = OWNER_POOL;
+  t->buf = pool_get(n, &t->cap, &t->cls);
+  if (t->buf == NULL) {
+    atomic_fetch_sub(&st_blocks, 1);
+    free(t);
+    return NULL;
+  }
+  t->dl.data = t->buf;
+  t->dl.dtype.code = code;
+  t->dl.dtype.bits = bits;
+  t->dl.dtype.lanes = lanes;
+  if (ndim > 0) memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
+  set_compact_strides(t);
+  return t;
+}
+
+// wrap copies the foreign view into a new block; NULL if it is not a CPU
+// tensor we can describe.
+static spdl_tensor* wrap(const DLTensor* src) {
+  if (src->device.device_type != kDLCPU) return NULL;
+  if (src->ndim < 0 || (src->ndim > 0 && src->shape == NULL)) return NULL;
+  spdl_tensor* t = new_block(src->ndim);
+  if (t == NULL) return NULL;
+  t->dl.data = src->data == NULL ? NULL : (char*)src->data + src->byte_offset;
+  t->dl.dtype = src->dtype;
+  if (src->ndim > 0) {
+    memcpy(t->dl.shape, src->shape, (size_t)src->ndim * sizeof(int64_t));
+    if (src->strides != NULL) {
+      memcpy(t->dl.strides, src->strides, (size_t)src->ndim * sizeof(int64_t));
+    } else {
+      set_compact_strides(t);
+    }
+  }
+  return t;
+}
+
+spdl_tensor* spdl_tensor_from_dlpack_versioned(DLManagedTensorVersioned* m) {
+  if (m == NULL || m->version.major != 1) return NULL;
+  spdl_tensor* t = wrap(&m->dl_tensor);
+  if (t == NULL) return NULL;
+  t->owner = OWNER_VERSIONED;
+  t->foreign = m;
+  t->read_only = (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+  return t;
+}
+
+spdl_tensor* spdl_tensor_from_dlpack_legacy(DLManagedTensor* m) {
+  if (m == NULL) return NULL;
+  spdl_tensor* t = wrap(&m->dl_tensor);
+  if (t == NULL) return NULL;
+  t->owner = OWNER_LEGACY;
+  t->foreign = m;
+  return t;
+}
+
+void spdl_tensor_incref(spdl_tensor* t) {
+  atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+}
+
+void spdl_tensor_decref(spdl_tensor* t) {
+  if (t == NULL) return;
+  if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
+  switch (t->owner) {
+    case OWNER_POOL:
+      pool_put(t->buf, t->cap, t->cls);
+      break;
+    case OWNER_VERSIONED: {
+      DLManagedTensorVersioned* m = t->foreign;
+      if (m->deleter != NULL) m->deleter(m);
+      break;
+    }
+    case OWNER_LEGACY: {
+      DLManagedTensor* m = t->foreign;
+      if (m->deleter != NULL) m->deleter(m);
+      break;
+    }
+  }
+  atomic_fetch_sub(&st_blocks, 1);
+  free(t);
+}
+
+const DLTensor* spdl_tensor_dltensor(const spdl_tensor* t) { return &t->dl; }
+
+int spdl_tensor_read_only(const spdl_tensor* t) {
+  return t->read_only;
+}
+
+static void versioned_deleter(DLManagedTensorVersioned* self) {
+  if (self == NULL) return;
+  spdl_tensor_decref(self->manager_ctx);
+  free(self);
+}
+
+static void legacy_deleter(DLManagedTensor* self) {
+  if (self == NULL) return;
+  spdl_tensor_decref(self->manager_ctx);
+  free(self);
+}
+
+DLManagedTensorVersioned* spdl_tensor_to_dlpack_versioned(spdl_tensor* t) {
+  if (t == NULL) return NULL;
+  DLManagedTensorVersioned* m = malloc(sizeof(*m));
+  if (m == NULL) return NULL;
+  spdl_tensor_incref(t);
+  m->version.major = DLPACK_MAJOR_VERSION;
+  m->version.minor = DLPACK_MINOR_VERSION;
+  m->manager_ctx = t;
+  m->deleter = versioned_deleter;
+  m->flags = t->read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0;
+  m->dl_tensor = t->dl;
+  return m;
+}
+
+DLManagedTensor* spdl_tensor_to_dlpack_legacy(spdl_tensor* t) {
+  if (t == NULL) return NULL;
+  DLManagedTensor* m = malloc(sizeof(*m));
+  if (m == NULL) return NULL;
+  spdl_tensor_incref(t);
+  m->dl_tensor = t->dl;
+  m->manager_ctx = t;
+  m->deleter = legacy_deleter;
+  return m;
+}
