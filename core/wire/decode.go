@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"unsafe"
 
 	"github.com/spdl-go/spdl-go/core/tensor"
 	"github.com/spdl-go/spdl-go/core/value"
@@ -165,7 +164,7 @@ func (r *reader) value(depth int) (any, error) {
 		if p == 0 {
 			return nil, fmt.Errorf("wire: null tensor at byte %d", r.pos-8)
 		}
-		return tensor.Adopt(unsafe.Pointer(uintptr(p))), nil
+		return tensor.Adopt(cPointer(p)), nil
 	case tagDLPackV, tagDLPackV0:
 		p, err := r.u64()
 		if err != nil {
@@ -174,7 +173,7 @@ func (r *reader) value(depth int) (any, error) {
 		if p == 0 {
 			return nil, fmt.Errorf("wire: null DLPack tensor at byte %d", r.pos-8)
 		}
-		t, err := importDLPack(unsafe.Pointer(uintptr(p)), tag == tagDLPackV)
+		t, err := importDLPack(cPointer(p), tag == tagDLPackV)
 		if err != nil {
 			return nil, err
 		}

@@ -127,8 +127,8 @@ func encodeSeq(dst []byte, tag byte, xs []any) []byte {
 // FreeExportedArrow releases an Arrow pair that Encode wrote (the 16 bytes
 // after an 'A' tag) when the receiver will never see it, e.g. in tests.
 func FreeExportedArrow(b []byte) {
-	schema := (*cdata.CArrowSchema)(unsafe.Pointer(uintptr(binary.LittleEndian.Uint64(b))))
-	arr := (*cdata.CArrowArray)(unsafe.Pointer(uintptr(binary.LittleEndian.Uint64(b[8:]))))
+	schema := (*cdata.CArrowSchema)(cPointer(binary.LittleEndian.Uint64(b)))
+	arr := (*cdata.CArrowArray)(cPointer(binary.LittleEndian.Uint64(b[8:])))
 	cdata.ReleaseCArrowArray(arr)
 	cdata.ReleaseCArrowSchema(schema)
 	C.free(unsafe.Pointer(arr))
