@@ -1,0 +1,341 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spdl-go/spdl-go/core/value"
+)
+
+// Op transforms one item. It owns its input: after Process returns, the
+// engine never touches in again (on error, the op has released or kept in;
+// the engine releases nothing it handed to the op). On error the returned
+// value is ignored, so an op must not return an owned value with an error.
+type Op interface {
+	Process(ctx context.Context, in any) (any, error)
+}
+
+// OpFunc adapts a function to Op.
+type OpFunc func(ctx context.Context, in any) (any, error)
+
+// Process calls f.
+func (f OpFunc) Process(ctx context.Context, in any) (any, error) { return f(ctx, in) }
+
+// Source yields the items of an epoch. Open is called once per epoch, by
+// Start.
+type Source interface {
+	Open(ctx context.Context) (Iterator, error)
+}
+
+// Iterator yields the items of one epoch. The engine calls Next and Close
+// from one goroutine. ctx is cancelled when the epoch is stopped or fails.
+type Iterator interface {
+	// Next returns io.EOF at the end of the epoch; any other error is fatal
+	// for the pipeline (a SourceError).
+	Next(ctx context.Context) (any, error)
+	Close() error
+}
+
+// Order is the output order of a pipe stage.
+type Order int
+
+const (
+	OrderCompletion Order = iota // as ops finish: fastest
+	OrderInput                   // as items came in; costs one extra hop per item
+)
+
+func (o Order) String() string {
+	switch o {
+	case OrderCompletion:
+		return "completion"
+	case OrderInput:
+		return "input"
+	}
+	return fmt.Sprintf("Order(%d)", int(o))
+}
+
+// Kind is what a stage does.
+type Kind int
+
+const (
+	KindPipe         Kind = iota // run Op on each item, Concurrency at once
+	KindAggregate                // group Size items into a value.List
+	KindDisaggregate             // emit each element of a list
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindPipe:
+		return "pipe"
+	case KindAggregate:
+		return "aggregate"
+	case KindDisaggregate:
+		return "disaggregate"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// StageConfig describes one stage.
+//
+// Name: New keeps a unique non-empty name. An empty name becomes
+// "<kind>_<index>" (e.g. "pipe_0"); a duplicate gets "_<index>" appended
+// (e.g. the second "decode" at index 3 becomes "decode_3"). index is the
+// stage's position in Config.Stages, from 0.
+type StageConfig struct {
+	Name        string
+	Kind        Kind
+	Op          Op    // KindPipe
+	Concurrency int   // KindPipe: goroutines running Op; 0 means 1
+	Order       Order // KindPipe
+	Size        int   // KindAggregate, >= 1
+	DropLast    bool  // KindAggregate: drop a last, partial group
+	// MaxFailures is how many item failures this stage tolerates in an
+	// epoch; -1 = unlimited, 0 = none (the first failure is fatal).
+	MaxFailures int
+}
+
+// Config describes a pipeline.
+type Config struct {
+	Source      Source
+	Stages      []StageConfig
+	BufferSize  int // sink prefetch buffer, >= 1
+	QueueSize   int // capacity of each channel between stages; 0 means 2
+	MaxFailures int // item failures over all stages per epoch; -1 = unlimited, 0 = none
+	NumThreads  int // cap on Ops running at once across all pipe stages; 0 = no cap
+}
+
+const defaultQueueSize = 2
+
+// Pipeline runs a Source through Stages into a prefetch buffer read by
+// Next. See the package doc for which methods are safe concurrently.
+type Pipeline struct {
+	cfg    Config      // normalized copy
+	stages []stageInfo // static, from New
+
+	mu     sync.Mutex // serialises Start and Stop
+	cur    atomic.Pointer[epoch]
+	epochs atomic.Int64
+}
+
+// stageInfo is what New derives from a StageConfig.
+type stageInfo struct {
+	StageConfig        // normalized
+	where       string // "pipe 1", for error messages
+}
+
+// New validates cfg and builds a pipeline; it starts nothing. Errors name
+// the bad field and, for a stage, its index and name.
+func New(cfg Config) (*Pipeline, error) {
+	if cfg.Source == nil {
+		return nil, fmt.Errorf("pipeline: Config.Source is nil")
+	}
+	if cfg.BufferSize < 1 {
+		return nil, fmt.Errorf("pipeline: Config.BufferSize must be >= 1, got %d", cfg.BufferSize)
+	}
+	if cfg.QueueSize < 0 {
+		return nil, fmt.Errorf("pipeline: Config.QueueSize must be >= 0 (0 means %d), got %d", defaultQueueSize, cfg.QueueSize)
+	}
+	if cfg.QueueSize == 0 {
+		cfg.QueueSize = defaultQueueSize
+	}
+	if cfg.MaxFailures < -1 {
+		return nil, fmt.Errorf("pipeline: Config.MaxFailures must be >= -1 (-1 = unlimited), got %d", cfg.MaxFailures)
+	}
+	if cfg.NumThreads < 0 {
+		return nil, fmt.Errorf("pipeline: Config.NumThreads must be >= 0 (0 = no cap), got %d", cfg.NumThreads)
+	}
+	p := &Pipeline{cfg: cfg, stages: make([]stageInfo, len(cfg.Stages))}
+	p.cfg.Stages = nil // p.stages holds the normalized copies
+	taken := map[string]bool{"source": true}
+	for i, sc := range cfg.Stages {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("pipeline: stage %d (%q, %s): %s", i, sc.Name, sc.Kind, fmt.Sprintf(format, args...))
+		}
+		switch sc.Kind {
+		case KindPipe:
+			if sc.Op == nil {
+				return nil, bad("Op is nil")
+			}
+			if sc.Concurrency < 0 {
+				return nil, bad("Concurrency must be >= 1 (0 means 1), got %d", sc.Concurrency)
+			}
+			if sc.Concurrency == 0 {
+				sc.Concurrency = 1
+			}
+			if sc.Order != OrderCompletion && sc.Order != OrderInput {
+				return nil, bad("Order must be OrderCompletion or OrderInput, got %d", int(sc.Order))
+			}
+		case KindAggregate:
+			if sc.Size < 1 {
+				return nil, bad("Size must be >= 1, got %d", sc.Size)
+			}
+			sc.Concurrency = 1
+		case KindDisaggregate:
+			sc.Concurrency = 1
+		default:
+			return nil, bad("Kind must be KindPipe, KindAggregate or KindDisaggregate, got %d", int(sc.Kind))
+		}
+		if sc.MaxFailures < -1 {
+			return nil, bad("MaxFailures must be >= -1 (-1 = unlimited), got %d", sc.MaxFailures)
+		}
+		name := sc.Name
+		if name == "" {
+			name = fmt.Sprintf("%s_%d", sc.Kind, i)
+		}
+		for taken[name] {
+			name = fmt.Sprintf("%s_%d", name, i)
+		}
+		taken[name] = true
+		sc.Name = name
+		p.stages[i] = stageInfo{StageConfig: sc, where: fmt.Sprintf("%s %d", sc.Kind, i)}
+	}
+	return p, nil
+}
+
+// Start begins an epoch: it calls Source.Open and starts the stages. It
+// fails if an epoch is running, that is, until Next has returned
+// ErrEndOfData or a fatal error, or Stop was called. Items the previous
+// epoch left in the prefetch buffer are released. If Open fails, Start
+// returns a *SourceError and the epoch counts as started and failed: Next
+// returns that error too.
+func (p *Pipeline) Start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.cur.Load(); old != nil {
+		if status(old.status.Load()) == statusRunning {
+			return fmt.Errorf("pipeline: epoch %d is still running; read until ErrEndOfData or call Stop", p.epochs.Load())
+		}
+		old.cancel()
+		<-old.finished
+		old.drainSink()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ep := newEpoch(p, ctx, cancel)
+	p.epochs.Add(1)
+	p.cur.Store(ep)
+	it, err := openSource(ctx, p.cfg.Source)
+	if err != nil {
+		// The epoch fails before it runs: Next and Stats report the
+		// error, not the state of the epoch before.
+		err = ep.fail(&SourceError{Err: err})
+		ep.elapsed.Store(int64(time.Since(ep.start)))
+		close(ep.sink)
+		close(ep.finished)
+		return err
+	}
+	ep.launch(it)
+	return nil
+}
+
+func openSource(ctx context.Context, src Source) (it Iterator, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			it, err = nil, &PanicError{Value: r, Stack: string(debug.Stack())}
+		}
+	}()
+	it, err = src.Open(ctx)
+	if err == nil && it == nil {
+		err = fmt.Errorf("Open returned a nil Iterator")
+	}
+	return it, err
+}
+
+// Next returns the next item of the epoch; the caller owns it. timeout < 0
+// waits until an item comes or ctx is done; timeout == 0 only takes an item
+// that is ready. It returns ErrEndOfData after the last item, ErrTimeout
+// when nothing came in time (the epoch goes on), ErrNotStarted when no
+// epoch runs (never started, or stopped), ctx.Err() when ctx is done, or
+// the epoch's fatal error; the end and the fatal error repeat on every call
+// until the next Start. A fatal error is returned as soon as it happens:
+// items still buffered are released, not delivered.
+func (p *Pipeline) Next(ctx context.Context, timeout time.Duration) (any, error) {
+	ep := p.cur.Load()
+	if ep == nil {
+		return nil, ErrNotStarted
+	}
+	// Fast path: an item is ready; no timer, no ctx.
+	select {
+	case v, ok := <-ep.sink:
+		return ep.take(v, ok)
+	default:
+	}
+	if s := status(ep.status.Load()); s == statusFailed || s == statusStopped {
+		return nil, ep.haltErr()
+	}
+	if timeout == 0 {
+		return nil, ErrTimeout
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case v, ok := <-ep.sink:
+		return ep.take(v, ok)
+	case <-ep.halted:
+		return nil, ep.haltErr()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-expired:
+		return nil, ErrTimeout
+	}
+}
+
+// Stop cancels the epoch, waits until every goroutine of the pipeline has
+// returned, and releases the items left in queues and in the prefetch
+// buffer. It is safe before Start, twice, and concurrently with any method.
+// It returns nil: a fatal error is reported by Next and Stats, and Stop
+// after a failure or the end of data keeps that state.
+func (p *Pipeline) Stop() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ep := p.cur.Load()
+	if ep == nil {
+		return nil
+	}
+	ep.halt(statusStopped, nil)
+	ep.cancel()
+	<-ep.finished
+	ep.drainSink()
+	return nil
+}
+
+// Stats returns counters of the current (or last) epoch. It is safe from
+// any goroutine at any time and reads only atomics and channel lengths.
+func (p *Pipeline) Stats() Stats {
+	st := Stats{
+		State:  "built",
+		Epoch:  int(p.epochs.Load()),
+		Source: StageStats{Name: "source", Kind: "source", Concurrency: 1, QueueCap: p.cfg.QueueSize},
+		Stages: make([]StageStats, len(p.stages)),
+		Sink:   SinkStats{Cap: p.cfg.BufferSize},
+	}
+	for i, s := range p.stages {
+		c := p.cfg.QueueSize
+		if i == len(p.stages)-1 {
+			c = p.cfg.BufferSize
+		}
+		st.Stages[i] = StageStats{Name: s.Name, Kind: s.Kind.String(), Concurrency: s.Concurrency, QueueCap: c}
+	}
+	if len(p.stages) == 0 {
+		st.Source.QueueCap = p.cfg.BufferSize
+	}
+	ep := p.cur.Load()
+	if ep == nil {
+		return st
+	}
+	ep.stats(&st)
+	return st
+}
+
+// release hands v to value.Release; named so that every drop is findable.
+func release(v any) { value.Release(v) }
