@@ -65,6 +65,49 @@ void spdl_set_python_api(void *is_valid, void *get_pointer) {
   py_capsule_get_pointer = (capsule_get_pointer_fn)get_pointer;
 }
 
+// Persistent Python thread states for Go worker threads. A ctypes callback
+// on a thread with no Python thread state creates one and destroys it on
+// return, every call; giving each worker thread a state for its lifetime
+// turns that into a plain GIL acquire (or an attach, on free-threaded
+// builds).
+typedef int (*gil_ensure_fn)(void);
+typedef void (*gil_release_fn)(int);
+typedef void *(*save_thread_fn)(void);
+typedef void (*restore_thread_fn)(void *);
+static gil_ensure_fn py_gil_ensure;
+static gil_release_fn py_gil_release;
+static save_thread_fn py_save_thread;
+static restore_thread_fn py_restore_thread;
+
+void spdl_set_python_thread_api(void *ensure, void *release, void *save, void *restore) {
+  py_gil_ensure = (gil_ensure_fn)ensure;
+  py_gil_release = (gil_release_fn)release;
+  py_save_thread = (save_thread_fn)save;
+  py_restore_thread = (restore_thread_fn)restore;
+}
+
+struct spdl_py_thread {
+  int gil_state;
+  void *tstate;
+};
+
+void *spdl_py_thread_attach(void) {
+  if (py_gil_ensure == NULL) return NULL;
+  struct spdl_py_thread *t = malloc(sizeof *t);
+  if (t == NULL) return NULL;
+  t->gil_state = py_gil_ensure();  // creates this thread's state
+  t->tstate = py_save_thread();    // and lets go of the GIL at once
+  return t;
+}
+
+void spdl_py_thread_detach(void *handle) {
+  struct spdl_py_thread *t = handle;
+  if (t == NULL) return;
+  py_restore_thread(t->tstate);
+  py_gil_release(t->gil_state);  // destroys the state
+  free(t);
+}
+
 // The capsule's own pointer, or NULL when it was renamed by a consumer
 // (or the API is not installed). IsValid sets no Python error.
 static void *capsule_pointer(void *capsule, const char *name) {

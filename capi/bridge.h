@@ -19,4 +19,6 @@ int spdl_invoke_next(spdl_next_fn f, uint64_t id, spdl_buf *out);
 void spdl_invoke_release(spdl_release_fn f, uint64_t id);
 
 void spdl_buf_set(spdl_buf *out, const void *data, size_t n);
+void *spdl_py_thread_attach(void);
+void spdl_py_thread_detach(void *handle);
 #endif

@@ -8,8 +8,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"github.com/spdl-go/spdl-go/core/pipeline"
@@ -36,10 +39,23 @@ func releasePyObject(id uint64) {
 }
 
 // PythonError is a Python exception raised by a stage or source; Msg holds
-// its traceback as Python formatted it.
-type PythonError struct{ Msg string }
+// its summary and traceback as Python formatted them, Item the repr of the
+// stage's input (Python sends "item: <repr>" as the first line).
+type PythonError struct{ Msg, Item string }
 
 func (e *PythonError) Error() string { return e.Msg }
+
+// FailedItem names the input by its Python repr (pipeline.ItemDescriber).
+func (e *PythonError) FailedItem() string { return e.Item }
+
+func newPythonError(b []byte) *PythonError {
+	msg := string(b)
+	if rest, ok := strings.CutPrefix(msg, "item: "); ok {
+		item, tail, _ := strings.Cut(rest, "\n")
+		return &PythonError{Msg: tail, Item: item}
+	}
+	return &PythonError{Msg: msg}
+}
 
 var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
@@ -53,8 +69,28 @@ func takeBuf(out *C.spdl_buf) []byte {
 	return b
 }
 
+// attachPyThread locks the calling goroutine to its OS thread and gives
+// that thread a Python thread state until detachPyThread, which must run on
+// the same goroutine. Stages and sources reach these through
+// pipeline.ThreadBound, once per worker goroutine.
+func attachPyThread() unsafe.Pointer {
+	runtime.LockOSThread()
+	return C.spdl_py_thread_attach()
+}
+
+func detachPyThread(h unsafe.Pointer) {
+	C.spdl_py_thread_detach(h)
+	runtime.UnlockOSThread()
+}
+
 // pyOp runs a Python callable registered under id on the host side.
-type pyOp struct{ id uint64 }
+type pyOp struct {
+	id      uint64
+	threads threadStates
+}
+
+func (o *pyOp) AttachThread() { o.threads.attach() }
+func (o *pyOp) DetachThread() { o.threads.detach() }
 
 func (o *pyOp) Process(ctx context.Context, in any) (any, error) {
 	f := pyCallFn.Load()
@@ -77,9 +113,36 @@ func (o *pyOp) Process(ctx context.Context, in any) (any, error) {
 		(*C.uint8_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &out)
 	res := takeBuf(&out)
 	if rc != 0 {
-		return nil, &PythonError{Msg: string(res)}
+		return nil, newPythonError(res)
 	}
 	return pyDecoder.Decode(res)
+}
+
+// threadStates tracks the Python thread state of each goroutine that is
+// attached, keyed by goroutine-locked OS thread (a goroutine stays on its
+// thread between attach and detach).
+type threadStates struct {
+	mu sync.Mutex
+	m  map[int]unsafe.Pointer
+}
+
+func (t *threadStates) attach() {
+	h := attachPyThread()
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = make(map[int]unsafe.Pointer)
+	}
+	t.m[gettid()] = h
+	t.mu.Unlock()
+}
+
+func (t *threadStates) detach() {
+	tid := gettid()
+	t.mu.Lock()
+	h := t.m[tid]
+	delete(t.m, tid)
+	t.mu.Unlock()
+	detachPyThread(h)
 }
 
 // pySource pulls items from a Python iterator registered under id; the
@@ -93,7 +156,13 @@ func (s *pySource) Open(ctx context.Context) (pipeline.Iterator, error) {
 	return &pyIterator{id: s.id}, nil
 }
 
-type pyIterator struct{ id uint64 }
+type pyIterator struct {
+	id      uint64
+	threads threadStates
+}
+
+func (it *pyIterator) AttachThread() { it.threads.attach() }
+func (it *pyIterator) DetachThread() { it.threads.detach() }
 
 func (it *pyIterator) Next(ctx context.Context) (any, error) {
 	var out C.spdl_buf
@@ -105,8 +174,10 @@ func (it *pyIterator) Next(ctx context.Context) (any, error) {
 	case 1:
 		return nil, io.EOF
 	default:
-		return nil, &PythonError{Msg: string(res)}
+		return nil, newPythonError(res)
 	}
 }
 
 func (it *pyIterator) Close() error { return nil }
+
+func gettid() int { return syscall.Gettid() }

@@ -146,6 +146,13 @@ int64_t spdl_arrow_allocated_bytes(void);
  *   that never went into capsules. Either pointer may be NULL.
  */
 void spdl_set_python_api(void *capsule_is_valid, void *capsule_get_pointer);
+
+/* The host registers PyGILState_Ensure, PyGILState_Release,
+ * PyEval_SaveThread and PyEval_RestoreThread once; then every Go thread
+ * that runs Python stages or sources keeps one Python thread state for its
+ * lifetime instead of one per callback. Without it callbacks still work
+ * (ctypes makes a thread state per call), only slower. */
+void spdl_set_python_thread_api(void *gil_ensure, void *gil_release, void *save_thread, void *restore_thread);
 void spdl_dlpack_capsule_destructor(void *capsule);
 void spdl_arrow_schema_capsule_destructor(void *capsule);
 void spdl_arrow_array_capsule_destructor(void *capsule);

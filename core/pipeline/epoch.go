@@ -106,7 +106,7 @@ func (ep *epoch) launch(it Iterator) {
 	g, ctx := errgroup.WithContext(ep.parent)
 	ep.ctx, ep.done = ctx, ctx.Done()
 	last := len(ep.p.stages) - 1
-	g.Go(func() error { return ep.runSource(it, ep.queues[0], last >= 0) })
+	g.Go(onThread(it, func() error { return ep.runSource(it, ep.queues[0], last >= 0) }))
 	for i := range ep.p.stages {
 		s := &ep.p.stages[i]
 		c := ep.counters[i+1]
@@ -123,7 +123,7 @@ func (ep *epoch) launch(it Iterator) {
 			remaining := new(atomic.Int32)
 			remaining.Store(int32(s.Concurrency))
 			for w := range s.Concurrency {
-				g.Go(func() error { return ep.runWorker(s, c, &c.slots[w], in, out, closeOut, remaining) })
+				g.Go(onThread(s.Op, func() error { return ep.runWorker(s, c, &c.slots[w], in, out, closeOut, remaining) }))
 			}
 		}
 	}
@@ -345,7 +345,24 @@ func (ep *epoch) call(s *stageInfo, c *stageCounters, sl *slot, v any) (out any,
 	if isDone(ep.done) {
 		return nil, false, nil // most likely the cancellation itself: not the item's fault
 	}
-	return nil, false, ep.itemFailed(s, c, describeOwned(v), err)
+	return nil, false, ep.itemFailed(s, c, describeFailed(v, err), err)
+}
+
+// ItemDescriber is implemented by an op's error that can name the failed
+// item better than the engine can (the engine sees a Python object only as
+// a reference, for example).
+type ItemDescriber interface {
+	FailedItem() string
+}
+
+func describeFailed(v any, err error) string {
+	var d ItemDescriber
+	if errors.As(err, &d) {
+		if s := d.FailedItem(); s != "" {
+			return s
+		}
+	}
+	return describeOwned(v)
 }
 
 func safeProcess(ctx context.Context, op Op, v any) (out any, err error) {

@@ -25,6 +25,29 @@ type OpFunc func(ctx context.Context, in any) (any, error)
 // Process calls f.
 func (f OpFunc) Process(ctx context.Context, in any) (any, error) { return f(ctx, in) }
 
+// ThreadBound is implemented by an Op or Iterator that keeps state tied to
+// an OS thread, such as a Python thread state: the engine calls
+// AttachThread on each goroutine that will call it, before the first call,
+// and DetachThread on the same goroutine when that goroutine ends. Locking
+// the goroutine to its thread (runtime.LockOSThread) is the hook's job.
+type ThreadBound interface {
+	AttachThread()
+	DetachThread()
+}
+
+// onThread wraps a worker body with x's thread hooks, if it has them.
+func onThread(x any, body func() error) func() error {
+	tb, ok := x.(ThreadBound)
+	if !ok {
+		return body
+	}
+	return func() error {
+		tb.AttachThread()
+		defer tb.DetachThread()
+		return body()
+	}
+}
+
 // Source yields the items of an epoch. Open is called once per epoch, by
 // Start.
 type Source interface {

@@ -49,7 +49,7 @@ func (ep *epoch) launchOrdered(g *errgroup.Group, s *stageInfo, c *stageCounters
 	remaining := new(atomic.Int32)
 	remaining.Store(int32(s.Concurrency))
 	for i := range s.Concurrency {
-		g.Go(func() error { return ep.runOrderedWorker(s, c, &c.slots[i], r, in, out, closeOut, remaining) })
+		g.Go(onThread(s.Op, func() error { return ep.runOrderedWorker(s, c, &c.slots[i], r, in, out, closeOut, remaining) }))
 	}
 }
 

@@ -85,6 +85,7 @@ _SIGNATURES: dict[str, tuple[list, object]] = {
     "spdl_mem_trim": ([], None),
     "spdl_arrow_allocated_bytes": ([], c_int64),
     "spdl_set_python_api": ([c_void_p, c_void_p], None),
+    "spdl_set_python_thread_api": ([c_void_p, c_void_p, c_void_p, c_void_p], None),
     "spdl_arrow_free": ([c_void_p, c_void_p], None),
 }
 for _name, (_args, _res) in _SIGNATURES.items():
@@ -101,6 +102,14 @@ ARROW_ARRAY_CAPSULE_DESTRUCTOR = ctypes.cast(LIB.spdl_arrow_array_capsule_destru
 LIB.spdl_set_python_api(
     ctypes.cast(ctypes.pythonapi.PyCapsule_IsValid, c_void_p),
     ctypes.cast(ctypes.pythonapi.PyCapsule_GetPointer, c_void_p),
+)
+
+# Go threads that run Python stages keep one Python thread state each.
+LIB.spdl_set_python_thread_api(
+    ctypes.cast(ctypes.pythonapi.PyGILState_Ensure, c_void_p),
+    ctypes.cast(ctypes.pythonapi.PyGILState_Release, c_void_p),
+    ctypes.cast(ctypes.pythonapi.PyEval_SaveThread, c_void_p),
+    ctypes.cast(ctypes.pythonapi.PyEval_RestoreThread, c_void_p),
 )
 
 _PID = os.getpid()

@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import inspect
 import json
+import reprlib
 import threading
 import traceback
 import weakref
@@ -49,6 +50,7 @@ class PipelineError(RuntimeError):
 # ---- callbacks from Go -------------------------------------------------------
 # Registries from ids (sent to Go in the spec) to Python objects. Entries
 # are added when a pipeline is built and removed when it is closed.
+_NO_ITEM = object()
 _functions: dict[int, "_PyStage"] = {}
 _sources: dict[int, "_PySource"] = {}
 _ids = iter(range(1, 1 << 62))
@@ -60,21 +62,32 @@ def _new_id() -> int:
         return next(_ids)
 
 
-def _error_bytes(exc: BaseException) -> bytes:
+_item_repr = reprlib.Repr()
+_item_repr.maxstring = 120
+_item_repr.maxother = 120
+
+
+def _error_bytes(exc: BaseException, item: Any = _NO_ITEM) -> bytes:
     summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return f"{summary}\n\n{tb}".encode("utf-8", "replace")
+    head = ""
+    if item is not _NO_ITEM:
+        # Only now, on failure, is the item rendered: the engine holds a
+        # Python object only as a reference and cannot name it itself.
+        head = "item: " + _item_repr.repr(item).replace("\n", " ") + "\n"
+    return f"{head}{summary}\n\n{tb}".encode("utf-8", "replace")
 
 
 def _on_call(fn_id: int, in_ptr: int, in_len: int, out: int) -> int:
     # Never let an exception escape: ctypes would print it and return 0.
+    arg = _NO_ITEM
     try:
         stage = _functions[fn_id]
         arg = _codec.decode(ctypes.string_at(in_ptr, in_len))
         data = stage.encode(stage.call(arg))
         rc = 0
     except BaseException as e:  # noqa: BLE001 - every failure becomes the item's error
-        data, rc = _error_bytes(e), -1
+        data, rc = _error_bytes(e, arg), -1
     _lib.LIB.spdl_buf_set(out, data, len(data))
     return rc
 
