@@ -46,30 +46,34 @@ def median_time(make, repeat: int) -> float:
     return statistics.median(drain(make()) for _ in range(repeat))
 
 
-def handoff(kind: str, n: int, repeat: int) -> float:
-    """Consumer-side seconds per batch: get_item, decode and import."""
+def handoff(kind: str, repeat: int, batches: int = 64) -> float:
+    """Consumer-side seconds per batch: get_item, decode and import.
+
+    The pipeline makes exactly as many batches as its sink buffers, and
+    they are all made before the clock starts, so only the handoff is
+    timed, not production.
+    """
     results = []
     for _ in range(repeat):
-        b = PipelineBuilder().add_source(sources.arange(n * 32)).aggregate(32)
+        b = PipelineBuilder().add_source(sources.arange(batches * 32)).aggregate(32)
         if kind == "tensor":
             b.pipe(ops.to_tensor("float32"), concurrency=2)
         else:
             b.pipe(ops.collate(), concurrency=2)
-        p = b.add_sink(buffer_size=64).build()
+        p = b.add_sink(buffer_size=batches).build()
         p.start()
-        time.sleep(0.2)  # fill the prefetch buffer so production is not timed
+        deadline = time.monotonic() + 10
+        while p.stats().sink_len < batches and time.monotonic() < deadline:
+            time.sleep(0.01)
         got = 0
         t0 = time.perf_counter()
-        try:
-            while got < 64:
-                batch = p.get_item(timeout=10)
-                x = np.from_dlpack(batch) if kind == "tensor" else pa.array(batch)
-                got += 1
-        except EOFError:
-            pass
+        for _ in range(batches):
+            batch = p.get_item(timeout=10)
+            x = np.from_dlpack(batch) if kind == "tensor" else pa.array(batch)
+            got += 1
         dt = time.perf_counter() - t0
         p.close()
-        del x
+        del x, batch
         results.append(dt / got)
     return statistics.median(results)
 
@@ -94,8 +98,8 @@ def main() -> None:
     py1 = median_time(lambda: per_item_pipeline(m, 1, True), args.repeat)
     py_stage_us = max(py1 - pbase, 0) / m * 1e6
 
-    tensor_us = handoff("tensor", 200, args.repeat) * 1e6
-    arrow_us = handoff("arrow", 200, args.repeat) * 1e6
+    tensor_us = handoff("tensor", args.repeat) * 1e6
+    arrow_us = handoff("arrow", args.repeat) * 1e6
 
     rows = [
         ("Go no-op stage, concurrency 1 (per item)", go_stage_us, 1.0),

@@ -51,6 +51,8 @@ _DTYPE_NAMES = {
     (6, 8): "bool",
 }
 
+_CPU = (1, 0)  # (kDLCPU, device 0)
+
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [c_void_p, c_char_p, c_void_p]
@@ -134,8 +136,9 @@ class Tensor:
         return shape[0]
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        v = self._view()
-        return (v.device.device_type, v.device.device_id)
+        # Every spdl_tensor is in CPU memory: the engine allocates only
+        # there and imports only CPU tensors (core/tensor checkImport).
+        return _CPU
 
     def __dlpack__(
         self,

@@ -382,11 +382,13 @@ class Pipeline:
         h = self._h()
         out = _lib.SpdlBuf()
         err = ctypes.c_void_p()
+        out_ref, err_ref = ctypes.byref(out), ctypes.byref(err)
+        next_item = _lib.LIB.spdl_pipeline_next
         remaining = timeout
         while True:
             wait = self._POLL_S if remaining is None else min(self._POLL_S, max(remaining, 0.0))
-            rc = _lib.LIB.spdl_pipeline_next(h, int(wait * 1e6), ctypes.byref(out), ctypes.byref(err))
-            if rc == _lib.SPDL_OK:
+            rc = next_item(h, int(wait * 1e6), out_ref, err_ref)
+            if rc == 0:  # SPDL_OK
                 try:
                     return _codec.decode(ctypes.string_at(out.data, out.len))
                 finally:
