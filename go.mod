@@ -9,6 +9,8 @@ require (
 )
 
 require (
+	github.com/asticode/go-astiav v0.16.0 // indirect
+	github.com/asticode/go-astikit v0.42.0 // indirect
 	github.com/goccy/go-json v0.10.6 // indirect
 	github.com/google/flatbuffers v25.12.19+incompatible // indirect
 	github.com/klauspost/compress v1.19.2 // indirect

@@ -1,0 +1,213 @@
+// Package av opens media with FFmpeg (through go-astiav) from a path or from
+// bytes in memory, and decodes one stream frame by frame. The image, audio
+// and video ops build on it. Every FFmpeg object it allocates is freed by
+// Close, on every path; errors name the media they are about.
+package av
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/asticode/go-astiav"
+)
+
+// Source is where media comes from: a file path, or bytes in memory (Name
+// then says what to call them in errors, e.g. the path they were read from).
+type Source struct {
+	Path string
+	Data []byte
+	Name string
+}
+
+func (s Source) String() string {
+	switch {
+	case s.Name != "":
+		return s.Name
+	case s.Path != "":
+		return s.Path
+	default:
+		return fmt.Sprintf("<%d bytes>", len(s.Data))
+	}
+}
+
+// Error is a failure to open or decode one piece of media.
+type Error struct {
+	Source string // the file, or what the bytes are called
+	Op     string // "open", "decode video", ...
+	Err    error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s %q: %v", e.Op, e.Source, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf makes an *Error about src.
+func Errorf(src Source, op, format string, args ...any) error {
+	return &Error{Source: src.String(), Op: op, Err: fmt.Errorf(format, args...)}
+}
+
+func wrap(src Source, op string, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return &Error{Source: src.String(), Op: op, Err: err}
+}
+
+var logOnce sync.Once
+
+// quietLogs keeps FFmpeg from printing to the user's stderr for every
+// corrupt file: the error each call returns says what went wrong.
+// SPDL_GO_FFMPEG_LOG=1 restores FFmpeg's own messages for debugging.
+func quietLogs() {
+	logOnce.Do(func() {
+		if os.Getenv("SPDL_GO_FFMPEG_LOG") == "" {
+			astiav.SetLogLevel(astiav.LogLevelQuiet)
+		}
+	})
+}
+
+// OpenOptions tune Open.
+type OpenOptions struct {
+	// Format forces the container format (e.g. "image2pipe", "mp3"); empty probes.
+	Format string
+	// SkipStreamInfo skips avformat_find_stream_info, which reads ahead to
+	// fill in stream parameters; image decoding does not need it.
+	SkipStreamInfo bool
+}
+
+// Input is an opened container. It is not safe for concurrent use.
+type Input struct {
+	FC  *astiav.FormatContext
+	src Source
+	io  *astiav.IOContext
+	rd  *bytesReader
+}
+
+// Open opens src. The caller must Close the Input.
+func Open(src Source, opts OpenOptions) (in *Input, err error) {
+	quietLogs()
+	if src.Path == "" && src.Data == nil {
+		return nil, Errorf(src, "open", "neither a path nor bytes were given")
+	}
+	if src.Path == "" && len(src.Data) == 0 {
+		return nil, Errorf(src, "open", "empty input (0 bytes)")
+	}
+	if src.Path != "" && src.Data == nil {
+		st, err := os.Stat(src.Path)
+		if err != nil {
+			return nil, wrap(src, "open", err)
+		}
+		if st.Size() == 0 {
+			return nil, Errorf(src, "open", "empty file (0 bytes)")
+		}
+	}
+	fc := astiav.AllocFormatContext()
+	if fc == nil {
+		return nil, Errorf(src, "open", "out of memory allocating a format context")
+	}
+	in = &Input{FC: fc, src: src}
+	defer func() {
+		if err != nil {
+			in.Close()
+			in = nil
+		}
+	}()
+	url := src.Path
+	if src.Data != nil {
+		in.rd = &bytesReader{b: src.Data}
+		if in.io, err = astiav.AllocIOContext(64<<10, false, in.rd.read, in.rd.seek, nil); err != nil {
+			return in, wrap(src, "open", err)
+		}
+		fc.SetPb(in.io)
+		url = ""
+	}
+	var format *astiav.InputFormat
+	if opts.Format != "" {
+		if format = astiav.FindInputFormat(opts.Format); format == nil {
+			return in, Errorf(src, "open", "FFmpeg has no input format %q", opts.Format)
+		}
+	}
+	if err = fc.OpenInput(url, format, nil); err != nil {
+		// avformat_open_input frees the context on failure.
+		in.FC = nil
+		return in, wrap(src, "open", fmt.Errorf("not a media file FFmpeg can read: %w", err))
+	}
+	if !opts.SkipStreamInfo {
+		if err = fc.FindStreamInfo(nil); err != nil {
+			return in, wrap(src, "open", fmt.Errorf("reading stream info: %w", err))
+		}
+	}
+	return in, nil
+}
+
+// Source is what the input was opened from.
+func (in *Input) Source() Source { return in.src }
+
+// Close frees the input and everything it owns. Safe to call twice.
+func (in *Input) Close() {
+	if in.FC != nil {
+		in.FC.CloseInput()
+		in.FC.Free()
+		in.FC = nil
+	}
+	if in.io != nil {
+		in.io.Free()
+		in.io = nil
+	}
+}
+
+// Stream returns the first stream of the given type.
+func (in *Input) Stream(mt astiav.MediaType) (*astiav.Stream, error) {
+	for _, s := range in.FC.Streams() {
+		if s.CodecParameters().MediaType() == mt {
+			return s, nil
+		}
+	}
+	return nil, Errorf(in.src, "open", "no %s stream", mt)
+}
+
+// bytesReader serves Data to FFmpeg's custom I/O.
+type bytesReader struct {
+	b   []byte
+	pos int64
+}
+
+func (r *bytesReader) read(p []byte) (int, error) {
+	if r.pos >= int64(len(r.b)) {
+		return 0, astiav.ErrEof // go-astiav passes astiav errors through; io.EOF would become AVERROR_UNKNOWN
+	}
+	n := copy(p, r.b[r.pos:])
+	r.pos += int64(n)
+	return n, nil
+}
+
+// FFmpeg's AVSEEK_SIZE ("tell me the size", not a seek) and AVSEEK_FORCE.
+const (
+	avseekSize  = 0x10000
+	avseekForce = 0x20000
+)
+
+func (r *bytesReader) seek(offset int64, whence int) (int64, error) {
+	if whence&avseekSize != 0 {
+		return int64(len(r.b)), nil
+	}
+	var pos int64
+	switch whence &^ avseekForce {
+	case io.SeekStart:
+		pos = offset
+	case io.SeekCurrent:
+		pos = r.pos + offset
+	case io.SeekEnd:
+		pos = int64(len(r.b)) + offset
+	default:
+		return -1, fmt.Errorf("bad whence %d", whence)
+	}
+	if pos < 0 {
+		return -1, errors.New("seek before start")
+	}
+	r.pos = pos
+	return pos, nil
+}
