@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
 	"github.com/spdl-go/spdl-go/core/tensor"
@@ -23,10 +24,14 @@ import (
 // It copies everything it keeps and releases the input samples, on success
 // and on error.
 //
-// Options: pad (bool, default False), pad_value (number, default 0).
+// Options: pad (bool, default False), pad_value (number, default 0),
+// numbers ("arrow", the default, or "tensor": a column of ints, floats or
+// bools without None becomes a 1-D int64, float64 or bool tensor, which is
+// what a training loop wants for labels).
 type collate struct {
-	pad      bool
-	padValue float64
+	pad           bool
+	padValue      float64
+	numbersTensor bool
 }
 
 func newCollate(m map[string]any) (Op, error) {
@@ -39,10 +44,17 @@ func newCollate(m map[string]any) (Op, error) {
 	if err != nil {
 		return nil, err
 	}
+	numbers, err := o.string("numbers", "arrow")
+	if err != nil {
+		return nil, err
+	}
+	if numbers != "arrow" && numbers != "tensor" {
+		return nil, fmt.Errorf("option numbers: want \"arrow\" or \"tensor\", got %q", numbers)
+	}
 	if err := o.done(); err != nil {
 		return nil, err
 	}
-	return collate{pad: pad, padValue: padValue}, nil
+	return collate{pad: pad, padValue: padValue, numbersTensor: numbers == "tensor"}, nil
 }
 
 func (c collate) Process(ctx context.Context, in any) (any, error) {
@@ -133,6 +145,11 @@ func (c collate) column(col []any, path string) (any, error) {
 		return c.dicts(col, path)
 	case catTuple, catList:
 		return c.sequences(col, path, cat == catTuple)
+	}
+	if c.numbersTensor {
+		if t, ok, err := numberTensor(col); ok || err != nil {
+			return t, err
+		}
 	}
 	arr, err := columnar.FromValues(col) // scalars, or all None
 	if err != nil {
@@ -255,4 +272,58 @@ func (c collate) sequences(col []any, path string, tuple bool) (any, error) {
 		return value.Tuple(out), nil
 	}
 	return value.List(out), nil
+}
+
+// numberTensor stacks a column of numbers (all int64, all bool, or floats
+// mixed with ints) into a 1-D tensor; ok is false for any other column,
+// which then goes to Arrow.
+func numberTensor(col []any) (t *tensor.Tensor, ok bool, err error) {
+	var ints, floats, bools int
+	for _, v := range col {
+		switch v.(type) {
+		case int64:
+			ints++
+		case float64:
+			floats++
+		case bool:
+			bools++
+		default:
+			return nil, false, nil
+		}
+	}
+	n := int64(len(col))
+	switch {
+	case ints == len(col):
+		if t, err = tensor.New(tensor.Int64, n); err == nil {
+			dst := unsafe.Slice((*int64)(t.Data()), n)
+			for i, v := range col {
+				dst[i] = v.(int64)
+			}
+		}
+	case bools == len(col):
+		if t, err = tensor.New(tensor.Bool, n); err == nil {
+			dst := t.Bytes()
+			for i, v := range col {
+				if v.(bool) {
+					dst[i] = 1
+				} else {
+					dst[i] = 0
+				}
+			}
+		}
+	case ints+floats == len(col):
+		if t, err = tensor.New(tensor.Float64, n); err == nil {
+			dst := unsafe.Slice((*float64)(t.Data()), n)
+			for i, v := range col {
+				if f, isFloat := v.(float64); isFloat {
+					dst[i] = f
+				} else {
+					dst[i] = float64(v.(int64))
+				}
+			}
+		}
+	default:
+		return nil, false, nil
+	}
+	return t, true, err
 }

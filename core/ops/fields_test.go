@@ -1,7 +1,11 @@
 package ops_test
 
 import (
+	"context"
+	"unsafe"
+
 	"errors"
+	"github.com/spdl-go/spdl-go/core/tensor"
 	"reflect"
 	"strings"
 	"testing"
@@ -68,5 +72,61 @@ func TestFieldFromOptions(t *testing.T) {
 	}
 	if _, err := ops.FieldFromOptions(map[string]any{"key": 3}, "image", ""); err == nil {
 		t.Fatal("non-string key accepted")
+	}
+}
+
+func TestCollateNumbersAsTensor(t *testing.T) {
+	cases := []struct {
+		name  string
+		col   value.List
+		dtype string
+		want  []float64
+		arrow bool
+	}{
+		{"ints", value.List{int64(3), int64(-1)}, "int64", []float64{3, -1}, false},
+		{"mixed", value.List{int64(1), 2.5}, "float64", []float64{1, 2.5}, false},
+		{"bools", value.List{true, false}, "bool", []float64{1, 0}, false},
+		{"with None stays Arrow", value.List{int64(1), nil}, "", nil, true},
+		{"strings stay Arrow", value.List{"a"}, "", nil, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			op, err := ops.New("collate", map[string]any{"numbers": "tensor"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := op.Process(context.Background(), tc.col)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer value.Release(out)
+			tt, isTensor := out.(*tensor.Tensor)
+			if tc.arrow {
+				if isTensor {
+					t.Fatalf("got a tensor, want Arrow")
+				}
+				return
+			}
+			if !isTensor || tt.DType().String() != tc.dtype {
+				t.Fatalf("got %v, want a %s tensor", out, tc.dtype)
+			}
+			for i, w := range tc.want {
+				var g float64
+				switch tc.dtype {
+				case "int64":
+					g = float64(unsafe.Slice((*int64)(tt.Data()), len(tc.want))[i])
+				case "float64":
+					g = unsafe.Slice((*float64)(tt.Data()), len(tc.want))[i]
+				default:
+					g = float64(tt.Bytes()[i])
+				}
+				if g != w {
+					t.Fatalf("element %d = %v, want %v", i, g, w)
+				}
+			}
+		})
+	}
+	if _, err := ops.New("collate", map[string]any{"numbers": "list"}); err == nil {
+		t.Fatal("bad numbers option accepted")
 	}
 }

@@ -57,16 +57,17 @@ def to_tensor(dtype: str = "float32") -> NativeOp:
     return NativeOp("to_tensor", {"dtype": dtype})
 
 
-def collate(*, pad: bool = False, pad_value: float = 0) -> NativeOp:
+def collate(*, pad: bool = False, pad_value: float = 0, numbers: str = "arrow") -> NativeOp:
     """Turns a list of samples (the output of ``aggregate``) into one batch.
 
     Tensors of equal shape are stacked into one contiguous tensor (N, ...);
     numbers, strings, bytes and None become one Arrow column; dicts and
     tuples are collated field by field. Tensors of different shapes are an
     error unless ``pad`` is set, which pads each to the largest with
-    ``pad_value``.
+    ``pad_value``. ``numbers="tensor"`` turns a column of numbers (labels)
+    into a 1-D int64/float64/bool tensor instead of an Arrow array.
 
     Example:
         >>> (b.add_source(samples).aggregate(32).pipe(ops.collate()))
     """
-    return NativeOp("collate", {"pad": pad, "pad_value": pad_value})
+    return NativeOp("collate", {"pad": pad, "pad_value": pad_value, "numbers": numbers})
