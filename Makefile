@@ -5,18 +5,23 @@ GO ?= go
 LIB := python/spdl_go/libspdl.so
 export CGO_ENABLED := 1
 
-.PHONY: all build setup install demo test go-test py-test py-test-dev bench clean
+.PHONY: all deps build setup install demo test go-test fuzz py-test py-test-dev bench clean
 
 all: build
 
+## deps: system packages (apt): gcc, FFmpeg dev files, libturbojpeg, ffmpeg CLI
+deps:
+	.ci/deps
+
 ## build: libspdl.so in place, for development (PYTHONPATH=python)
-build:
+build: deps
 	$(GO) build -buildmode=c-shared -o $(LIB) ./capi
 	rm -f python/spdl_go/libspdl.h
 
-## setup: Python packages the tests and the demo use
-setup:
-	$(PY) -m pip install -q --disable-pip-version-check "numpy>=1.26" "pyarrow>=14" "pytest>=7" pytest-timeout
+## setup: system packages, and the Python packages the tests and the demo use
+# (torch is large: pip's cache serves it after the first install on a machine)
+setup: deps
+	$(PY) -m pip install -q --disable-pip-version-check "numpy>=1.26" "pyarrow>=14" "pytest>=7" pytest-timeout pillow torch
 
 ## install: build the wheel and install it (what users get from pip)
 install:
@@ -32,6 +37,17 @@ test: setup go-test install py-test
 go-test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	$(MAKE) fuzz
+
+## fuzz: each decoder's fuzz target for FUZZTIME on corrupt bytes
+FUZZTIME ?= 20s
+FUZZ_TARGETS := ./core/wire:FuzzDecode ./core/media/img:FuzzDecodeImage ./core/media/audio:FuzzDecodeAudio ./core/media/video:FuzzDecodeVideo
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 # Runs from outside the checkout so that the installed package is imported.
 py-test:

@@ -25,6 +25,7 @@ import (
 	"unsafe"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
+	"github.com/spdl-go/spdl-go/core/media/av"
 	"github.com/spdl-go/spdl-go/core/ops"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/value"
@@ -119,6 +120,25 @@ func spdl_ops(outJSON **C.char, errOut **C.char) (rc C.int) {
 //export spdl_arrow_allocated_bytes
 func spdl_arrow_allocated_bytes() C.int64_t {
 	return C.int64_t(columnar.Allocator.AllocatedBytes())
+}
+
+//export spdl_probe
+func spdl_probe(path *C.char, data unsafe.Pointer, dataLen C.size_t, outJSON **C.char, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	src := av.Source{Path: C.GoString(path)}
+	if data != nil {
+		src = av.Source{Data: C.GoBytes(data, C.int(dataLen)), Name: src.Path}
+	}
+	info, err := av.Probe(src)
+	if err == nil {
+		var b []byte
+		if b, err = json.Marshal(info); err == nil {
+			*outJSON = C.CString(string(b))
+			return C.SPDL_OK
+		}
+	}
+	setErr(errOut, err)
+	return C.SPDL_ERROR
 }
 
 //export spdl_pipeline_new

@@ -73,6 +73,13 @@ const char *spdl_version(void);
 /* Names of the native ops as a JSON array; caller frees *out_json. */
 int spdl_ops(char **out_json, char **err);
 
+/* Describes media without decoding it: container format, duration, and per
+ * stream codec, size, frame rate, frame count, sample rate, channels. With
+ * data == NULL, path is opened; otherwise the data_len bytes at data are
+ * read (copied) and path, which may be NULL, only names them in errors.
+ * *out_json is the description as JSON; caller frees it. */
+int spdl_probe(const char *path, const void *data, size_t data_len, char **out_json, char **err);
+
 /* Pipelines are referred to by opaque non-zero handles.
  *
  * spdl_pipeline_new: builds a pipeline from a JSON spec (see

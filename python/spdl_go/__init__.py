@@ -10,7 +10,7 @@ Example:
     ['0', '1', '2', '3']
 """
 
-from . import ops, sources
+from . import media, ops, sources
 from ._buffers import ArrowArray, Tensor
 from ._lib import LIB as _LIB
 from .pipeline import Pipeline, PipelineBuilder, PipelineError, PipelineStats, StageStats
@@ -27,6 +27,7 @@ __all__ = [
     "Tensor",
     "__version__",
     "arrow_allocated_bytes",
+    "media",
     "memory_stats",
     "ops",
     "sources",

@@ -1,0 +1,83 @@
+"""Media helpers that run in Go: probing files without decoding them, and
+the native media ops (also reachable as ``spdl_go.ops``)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _lib
+
+__all__ = ["MediaInfo", "StreamInfo", "probe"]
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """One stream of a media file. Fields that do not apply are 0."""
+
+    index: int
+    type: str
+    codec: str
+    duration: float = 0.0
+    width: int = 0
+    height: int = 0
+    frame_rate: float = 0.0
+    frames: int = 0
+    sample_rate: int = 0
+    channels: int = 0
+
+
+@dataclass(frozen=True)
+class MediaInfo:
+    """What ``probe`` found: the container and its streams."""
+
+    format: str
+    duration: float
+    bit_rate: int
+    streams: list[StreamInfo] = field(default_factory=list)
+
+    def first(self, kind: str) -> StreamInfo | None:
+        """The first stream of a kind ("video", "audio"), if any."""
+        return next((s for s in self.streams if s.type == kind), None)
+
+
+def probe(src: str | os.PathLike[str] | bytes, *, name: str | None = None) -> MediaInfo:
+    """Describes an image, audio or video file without decoding it.
+
+    Args:
+        src: A path, or the file's bytes.
+        name: What to call bytes in error messages.
+
+    Raises:
+        ValueError: the input is missing, empty or not media FFmpeg reads;
+            the message names it.
+
+    Example:
+        >>> info = spdl_go.media.probe("clip.mp4")
+        >>> info.first("video").frames
+        240
+    """
+    _lib.check_fork()
+    out = ctypes.c_void_p()
+    err = ctypes.c_void_p()
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        data = bytes(src)
+        path = (name or "").encode()
+        rc = _lib.LIB.spdl_probe(path, data, len(data), ctypes.byref(out), ctypes.byref(err))
+    else:
+        rc = _lib.LIB.spdl_probe(os.fsencode(src), None, 0, ctypes.byref(out), ctypes.byref(err))
+    if rc != _lib.SPDL_OK:
+        raise ValueError(_lib.take_string(err.value))
+    d: dict[str, Any] = json.loads(_lib.take_string(out.value))
+    return MediaInfo(
+        format=d.get("format", ""),
+        duration=float(d.get("duration", 0.0)),
+        bit_rate=int(d.get("bit_rate", 0)),
+        streams=[
+            StreamInfo(**{**s, "duration": float(s.get("duration", 0)), "frame_rate": float(s.get("frame_rate", 0))})
+            for s in d.get("streams") or []
+        ],
+    )
