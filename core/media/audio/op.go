@@ -1,0 +1,136 @@
+package audio
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/spdl-go/spdl-go/core/media/av"
+	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/value"
+)
+
+func init() {
+	ops.Register("decode_audio", newDecodeAudio)
+}
+
+// decodeAudio is the decode_audio op: encoded audio ([]byte) or a file
+// path (string) in, a float32 tensor (channels, samples) out.
+//
+// Options (each may be omitted or None):
+//
+//	sample_rate  int    resample to this rate; default the file's
+//	num_channels int    remix to this many channels; default the file's
+//	start        float  seconds to skip; default 0
+//	duration     float  seconds to keep from start; default to the end
+//	num_samples  int    crop or zero-pad to exactly this many samples
+//	key          str    the dict field to decode; default "audio"
+//	output_key   str    where to put the tensor; default key
+type decodeAudio struct {
+	field ops.Field
+	opts  Options
+}
+
+func newDecodeAudio(m map[string]any) (ops.Op, error) {
+	field, err := ops.FieldFromOptions(m, "audio", "")
+	if err != nil {
+		return nil, err
+	}
+	var o Options
+	known := []string{"sample_rate", "num_channels", "start", "duration", "num_samples", "key", "output_key"}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(known, k) {
+			return nil, fmt.Errorf("unknown option %q; known options: %s", k, strings.Join(known, ", "))
+		}
+	}
+	if o.SampleRate, err = intOpt(m, "sample_rate", 1); err != nil {
+		return nil, err
+	}
+	if o.NumChannels, err = intOpt(m, "num_channels", 1); err != nil {
+		return nil, err
+	}
+	if o.NumSamples, err = intOpt(m, "num_samples", 1); err != nil {
+		return nil, err
+	}
+	if o.Start, err = secondsOpt(m, "start", false); err != nil {
+		return nil, err
+	}
+	if o.Duration, err = secondsOpt(m, "duration", true); err != nil {
+		return nil, err
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return &decodeAudio{field: field, opts: o}, nil
+}
+
+// intOpt reads an integer option >= min; absent or None is 0.
+func intOpt(m map[string]any, name string, min int64) (int, error) {
+	var n int64
+	switch x := m[name].(type) {
+	case nil:
+		return 0, nil
+	case int64:
+		n = x
+	case int:
+		n = int64(x)
+	case float64:
+		if x != math.Trunc(x) || math.Abs(x) > 1<<53 {
+			return 0, fmt.Errorf("option %q must be an int, not %v", name, x)
+		}
+		n = int64(x)
+	default:
+		return 0, fmt.Errorf("option %q must be an int, not %s", name, value.Describe(x))
+	}
+	if n < min || n > math.MaxInt32 {
+		return 0, fmt.Errorf("option %q must be an int >= %d, not %d", name, min, n)
+	}
+	return int(n), nil
+}
+
+// secondsOpt reads a number of seconds; absent or None is 0.
+func secondsOpt(m map[string]any, name string, positive bool) (float64, error) {
+	var s float64
+	switch x := m[name].(type) {
+	case nil:
+		return 0, nil
+	case int64:
+		s = float64(x)
+	case int:
+		s = float64(x)
+	case float64:
+		s = x
+	default:
+		return 0, fmt.Errorf("option %q must be a number of seconds, not %s", name, value.Describe(x))
+	}
+	switch {
+	case math.IsNaN(s) || math.IsInf(s, 0) || s < 0:
+		return 0, fmt.Errorf("option %q must be a number of seconds >= 0, not %v", name, s)
+	case positive && s == 0:
+		return 0, fmt.Errorf("option %q must be > 0 seconds (omit it to decode to the end)", name)
+	}
+	return s, nil
+}
+
+func (op *decodeAudio) Process(ctx context.Context, item any) (any, error) {
+	return op.field.Apply(item, func(in any) (any, error) {
+		var src av.Source
+		switch x := in.(type) {
+		case []byte:
+			src = av.Source{Data: x}
+		case string:
+			src = av.Source{Path: x}
+		default:
+			value.Release(in)
+			return nil, fmt.Errorf("decode_audio: expected encoded audio (bytes) or a file path (str), got %s", value.Describe(in))
+		}
+		t, err := Decode(ctx, src, op.opts)
+		if err != nil {
+			return nil, fmt.Errorf("decode_audio: %w", err)
+		}
+		return t, nil
+	})
+}
