@@ -26,6 +26,8 @@ import (
 
 	"github.com/spdl-go/spdl-go/core/columnar"
 	"github.com/spdl-go/spdl-go/core/media/av"
+	// Media ops register themselves with core/ops.
+	_ "github.com/spdl-go/spdl-go/core/media/audio"
 	"github.com/spdl-go/spdl-go/core/ops"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/value"

@@ -14,7 +14,14 @@ from typing import Any
 
 from . import _lib
 
-__all__ = ["NativeOp", "available", "collate", "identity", "to_tensor"]
+__all__ = [
+    "NativeOp",
+    "available",
+    "collate",
+    "decode_audio",
+    "identity",
+    "to_tensor",
+]
 
 
 @dataclass(frozen=True)
@@ -71,3 +78,54 @@ def collate(*, pad: bool = False, pad_value: float = 0, numbers: str = "arrow") 
         >>> (b.add_source(samples).aggregate(32).pipe(ops.collate()))
     """
     return NativeOp("collate", {"pad": pad, "pad_value": pad_value, "numbers": numbers})
+
+
+def _media_opts(key: str | None, output_key: str | None, **opts: Any) -> dict[str, Any]:
+    """Options with None left out, so the op's own defaults apply."""
+    out = {k: v for k, v in opts.items() if v is not None}
+    if key is not None:
+        out["key"] = key
+    if output_key is not None:
+        out["output_key"] = output_key
+    return out
+
+
+def decode_audio(
+    *,
+    sample_rate: int | None = None,
+    num_channels: int | None = None,
+    start: float | None = None,
+    duration: float | None = None,
+    num_samples: int | None = None,
+    key: str | None = None,
+    output_key: str | None = None,
+) -> NativeOp:
+    """Decodes audio (WAV, FLAC, MP3, Ogg/Vorbis, Opus, AAC/M4A, ...) into a
+    float32 tensor (channels, samples) in [-1, 1].
+
+    The input is a path or the file's bytes; or a ``(data, label, ...)``
+    tuple or a dict, where ``key`` (default "audio") names the field.
+
+    Args:
+        sample_rate: Resample to this rate (default: the file's).
+        num_channels: Mix to this many channels (default: the file's).
+        start: Seconds to skip (seeks; sample-exact).
+        duration: Seconds to decode from ``start``.
+        num_samples: Crop or zero-pad to exactly this many samples, so that
+            clips batch together.
+
+    Example:
+        >>> b.pipe(ops.decode_audio(sample_rate=16000, num_channels=1, num_samples=16000), concurrency=4)
+    """
+    return NativeOp(
+        "decode_audio",
+        _media_opts(
+            key,
+            output_key,
+            sample_rate=sample_rate,
+            num_channels=num_channels,
+            start=start,
+            duration=duration,
+            num_samples=num_samples,
+        ),
+    )

@@ -40,3 +40,52 @@ def test_probe_video_audio_image(media):
 def test_probe_errors_name_the_file(media, name, match):
     with pytest.raises(ValueError, match=match):
         spdl_go.media.probe(media / name)
+
+
+def dominant_frequency(x: np.ndarray, rate: int) -> float:
+    spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x))))
+    return float(np.argmax(spectrum) * rate / len(x))
+
+
+def test_audio_batches_from_python(media, tmp_path):
+    files = []
+    for i, f in enumerate([300, 500, 700]):
+        p = tmp_path / f"tone{i}.mp3"
+        ffmpeg("-f", "lavfi", "-i", f"sine=frequency={f}:sample_rate=22050:duration=1.5", "-ac", "2", str(p))
+        files.append((str(p), f))
+    p = (
+        PipelineBuilder()
+        .add_source(files)
+        .pipe(ops.decode_audio(sample_rate=16000, num_channels=1, num_samples=16000), concurrency=2, output_order="input")
+        .aggregate(3)
+        .pipe(ops.collate(numbers="tensor"))
+        .add_sink()
+        .build()
+    )
+    ((audio, freqs),) = list(p)
+    p.close()
+    torch = pytest.importorskip("torch")
+    a = torch.from_dlpack(audio)
+    assert a.shape == (3, 1, 16000) and a.dtype == torch.float32
+    assert a.data_ptr() == audio.data_ptr
+    want = torch.from_dlpack(freqs).tolist()
+    assert want == [300, 500, 700]
+    for clip, f in zip(a.numpy(), want):
+        assert abs(dominant_frequency(clip[0], 16000) - f) < 0.02 * f
+
+
+def test_audio_bad_input_fails_its_item_only(media):
+    p = (
+        PipelineBuilder()
+        .add_source([str(media / "tone.flac"), str(media / "notes.txt"), str(media / "nope.wav")])
+        .pipe(ops.decode_audio(), name="audio")
+        .add_sink()
+        .build()
+    )
+    out = list(p)
+    st = p.stats()
+    p.close()
+    assert len(out) == 1 and out[0].shape == (1, 16000)
+    assert st.failures == 2
+    errs = "\n".join(st.recent_errors)
+    assert "notes.txt" in errs and "nope.wav" in errs
