@@ -1,0 +1,225 @@
+package video
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/spdl-go/spdl-go/core/media/av"
+	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/value"
+)
+
+func init() {
+	ops.Register("decode_video", newDecodeVideo)
+}
+
+// decodeVideo is the decode_video op: encoded video ([]byte) or a file
+// path (str) in, a uint8 tensor (frames, height, width, channels) out.
+//
+// Options (each may be omitted or None; see Options for the details):
+//
+//	indices       list[int]  these frames, in this order (repeats allowed)
+//	fps           float      sample the span at this rate
+//	num_frames    int        this many frames evenly spaced over the span
+//	              (at most one of indices, fps, num_frames; none: every frame)
+//	start         float      seconds; the span starts here (default 0)
+//	duration      float      seconds; the span's length (default to the end)
+//	mode          str        "rgb" (default), "bgr" or "gray" (1 channel)
+//	size          [h, w]     resize to exactly this
+//	short_side    int        resize so the shorter side is this, keeping aspect
+//	interpolation str        "bilinear" (default), "area", "bicubic", "nearest"
+//	threads       int        decoder threads (default 1; 0: FFmpeg chooses)
+//	max_frames    int        most frames returned (default 4096)
+//	max_pixels    int        most width*height per frame (default 50_000_000)
+//	key           str        the dict field to decode (default "video")
+//	output_key    str        where to put the tensor (default key)
+type decodeVideo struct {
+	field ops.Field
+	opts  Options
+}
+
+var knownOptions = []string{
+	"indices", "fps", "num_frames", "start", "duration", "mode", "size", "short_side",
+	"interpolation", "threads", "max_frames", "max_pixels", "key", "output_key",
+}
+
+func newDecodeVideo(m map[string]any) (ops.Op, error) {
+	field, err := ops.FieldFromOptions(m, "video", "")
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(knownOptions, k) {
+			return nil, fmt.Errorf("unknown option %q; known options: %s", k, strings.Join(knownOptions, ", "))
+		}
+	}
+	o, err := parseOptions(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return &decodeVideo{field: field, opts: o}, nil
+}
+
+func parseOptions(m map[string]any) (o Options, err error) {
+	o.Threads = 1
+	if v, ok := m["indices"]; ok && v != nil {
+		xs, ok := seq(v)
+		if !ok {
+			return o, fmt.Errorf("option \"indices\" must be a list of ints, not %s", value.Describe(v))
+		}
+		o.Indices = make([]int64, len(xs))
+		for i, x := range xs {
+			n, ok := asInt(x)
+			if !ok {
+				return o, fmt.Errorf("option \"indices\" must be a list of ints; item %d is %s", i, value.Describe(x))
+			}
+			o.Indices[i] = n
+		}
+	}
+	if v, ok := m["size"]; ok && v != nil {
+		xs, ok := seq(v)
+		if !ok || len(xs) != 2 {
+			return o, fmt.Errorf("option \"size\" must be [height, width], not %s", value.Describe(v))
+		}
+		h, okh := asInt(xs[0])
+		w, okw := asInt(xs[1])
+		if !okh || !okw || h < 1 || w < 1 || h > math.MaxInt32 || w > math.MaxInt32 {
+			return o, fmt.Errorf("option \"size\" must be [height, width] with ints >= 1, not %s", value.Describe(v))
+		}
+		o.Height, o.Width = int(h), int(w)
+	}
+	ints := []struct {
+		name string
+		dst  *int
+		min  int64
+	}{{"num_frames", &o.NumFrames, 1}, {"short_side", &o.ShortSide, 1}, {"threads", &o.Threads, 0}, {"max_frames", &o.MaxFrames, 1}}
+	for _, x := range ints {
+		v, ok := m[x.name]
+		if !ok || v == nil {
+			continue
+		}
+		n, ok := asInt(v)
+		if !ok || n < x.min || n > math.MaxInt32 {
+			return o, fmt.Errorf("option %q must be an int >= %d, not %s", x.name, x.min, value.Describe(v))
+		}
+		*x.dst = int(n)
+	}
+	if v, ok := m["max_pixels"]; ok && v != nil {
+		n, ok := asInt(v)
+		if !ok || n < 1 {
+			return o, fmt.Errorf("option \"max_pixels\" must be an int >= 1, not %s", value.Describe(v))
+		}
+		o.MaxPixels = n
+	}
+	floats := []struct {
+		name string
+		dst  *float64
+	}{{"fps", &o.FPS}, {"start", &o.Start}, {"duration", &o.Duration}}
+	for _, x := range floats {
+		v, ok := m[x.name]
+		if !ok || v == nil {
+			continue
+		}
+		f, ok := asFloat(v)
+		if !ok {
+			return o, fmt.Errorf("option %q must be a number, not %s", x.name, value.Describe(v))
+		}
+		if x.name != "start" && f <= 0 {
+			return o, fmt.Errorf("option %q must be > 0, not %v (omit it for the default)", x.name, f)
+		}
+		*x.dst = f
+	}
+	strs := []struct {
+		name string
+		dst  *string
+	}{{"mode", (*string)(&o.Mode)}, {"interpolation", &o.Interpolation}}
+	for _, x := range strs {
+		v, ok := m[x.name]
+		if !ok || v == nil {
+			continue
+		}
+		s, ok := v.(string)
+		if !ok {
+			return o, fmt.Errorf("option %q must be a str, not %s", x.name, value.Describe(v))
+		}
+		*x.dst = s
+	}
+	return o, nil
+}
+
+func seq(v any) ([]any, bool) {
+	switch x := v.(type) {
+	case value.List:
+		return x, true
+	case value.Tuple:
+		return x, true
+	case []any:
+		return x, true
+	case []int64:
+		out := make([]any, len(x))
+		for i, n := range x {
+			out[i] = n
+		}
+		return out, true
+	case []int:
+		out := make([]any, len(x))
+		for i, n := range x {
+			out[i] = n
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+func asInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case int:
+		return int64(x), true
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) <= 1<<53 {
+			return int64(x), true
+		}
+	}
+	return 0, false
+}
+
+func asFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	case float64:
+		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
+	}
+	return 0, false
+}
+
+func (op *decodeVideo) Process(ctx context.Context, item any) (any, error) {
+	return op.field.Apply(item, func(in any) (any, error) {
+		var src av.Source
+		switch x := in.(type) {
+		case []byte:
+			src = av.Source{Data: x}
+		case string:
+			src = av.Source{Path: x}
+		default:
+			value.Release(in)
+			return nil, fmt.Errorf("decode_video: expected encoded video (bytes) or a file path (str), got %s", value.Describe(in))
+		}
+		t, err := Decode(ctx, src, op.opts)
+		if err != nil {
+			return nil, fmt.Errorf("decode_video: %w", err)
+		}
+		return t, nil
+	})
+}
