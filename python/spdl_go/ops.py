@@ -19,6 +19,7 @@ __all__ = [
     "available",
     "collate",
     "decode_audio",
+    "decode_video",
     "identity",
     "to_tensor",
 ]
@@ -127,5 +128,61 @@ def decode_audio(
             start=start,
             duration=duration,
             num_samples=num_samples,
+        ),
+    )
+
+
+def decode_video(
+    *,
+    indices: list[int] | None = None,
+    fps: float | None = None,
+    num_frames: int | None = None,
+    start: float | None = None,
+    duration: float | None = None,
+    mode: str | None = None,
+    size: tuple[int, int] | None = None,
+    short_side: int | None = None,
+    interpolation: str | None = None,
+    threads: int | None = None,
+    max_frames: int | None = None,
+    key: str | None = None,
+    output_key: str | None = None,
+) -> NativeOp:
+    """Decodes frames of a video (H.264, HEVC, VP8/9, AV1, MPEG-4, ...) into a
+    uint8 tensor (T, H, W, C), decoding only up to the last frame it keeps.
+
+    Choose frames with at most one of ``indices`` (in the order given),
+    ``fps`` (a rate over the span) or ``num_frames`` (evenly spaced over the
+    span); with none, every frame of the span. The span is ``start`` and
+    ``duration`` seconds (seeking to the keyframe before ``start``).
+
+    Args:
+        mode: "rgb" (default), "bgr" or "gray" (C=1).
+        size: Output (height, width); or ``short_side`` to keep the aspect.
+        interpolation: "bilinear" (default), "area", "bicubic", "nearest".
+        threads: Decoder threads per video (default 1; pipelines decode
+            several videos at once).
+        max_frames: Refuse to return more frames (default 4096).
+        key: The field holding the path or bytes in dict items (default "video").
+
+    Example:
+        >>> b.pipe(ops.decode_video(num_frames=8, short_side=112), concurrency=2)
+    """
+    return NativeOp(
+        "decode_video",
+        _media_opts(
+            key,
+            output_key,
+            indices=list(indices) if indices is not None else None,
+            fps=fps,
+            num_frames=num_frames,
+            start=start,
+            duration=duration,
+            mode=mode,
+            size=list(size) if size is not None else None,
+            short_side=short_side,
+            interpolation=interpolation,
+            threads=threads,
+            max_frames=max_frames,
         ),
     )

@@ -89,3 +89,35 @@ def test_audio_bad_input_fails_its_item_only(media):
     assert st.failures == 2
     errs = "\n".join(st.recent_errors)
     assert "notes.txt" in errs and "nope.wav" in errs
+
+
+def test_video_clip_batches(tmp_path):
+    # A counter video: frame k is gray level 8k, so frame identity is checkable.
+    clips = []
+    for i in range(2):
+        p = tmp_path / f"counter{i}.mp4"
+        ffmpeg(
+            "-f", "lavfi", "-i", "color=c=black:size=64x48:rate=8:duration=3",
+            "-vf", "geq=lum='mod(N*8,256)':cb=128:cr=128", "-c:v", "libx264", "-g", "4",
+            "-pix_fmt", "yuv420p", str(p),
+        )
+        clips.append({"video": str(p), "id": i})
+    p = (
+        PipelineBuilder()
+        .add_source(clips)
+        .pipe(ops.decode_video(indices=[3, 10, 20], mode="gray", size=(24, 32)), concurrency=2, output_order="input")
+        .aggregate(2)
+        .pipe(ops.collate(numbers="tensor"))
+        .add_sink()
+        .build()
+    )
+    (batch,) = list(p)
+    p.close()
+    frames = np.from_dlpack(batch["video"])
+    assert frames.shape == (2, 3, 24, 32, 1) and frames.dtype == np.uint8
+    levels = frames.reshape(2, 3, -1).mean(axis=2)
+    # luma 8k in limited range; "gray" is full range: (y - 16) * 255 / 219
+    want = [(8 * k - 16) * 255 / 219 for k in (3, 10, 20)]
+    for clip_levels in levels:
+        np.testing.assert_allclose(clip_levels, want, atol=4)
+    assert np.from_dlpack(batch["id"]).tolist() == [0, 1]
