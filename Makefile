@@ -56,9 +56,10 @@ py-test:
 py-test-dev: build
 	PYTHONPATH=python $(PY) -m pytest -q python/tests
 
-## bench: engine overhead per item and per-batch handoff cost
+## bench: engine overhead per item and per batch; image pipeline vs decode-only limit
 bench: setup install
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_overhead.py
+	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_image.py
 
 clean:
 	rm -rf build dist python/*.egg-info $(LIB) python/spdl_go/libspdl.h
