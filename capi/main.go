@@ -28,6 +28,7 @@ import (
 	"github.com/spdl-go/spdl-go/core/media/av"
 	// Media ops register themselves with core/ops.
 	_ "github.com/spdl-go/spdl-go/core/media/audio"
+	_ "github.com/spdl-go/spdl-go/core/media/img"
 	_ "github.com/spdl-go/spdl-go/core/media/video"
 	"github.com/spdl-go/spdl-go/core/ops"
 	"github.com/spdl-go/spdl-go/core/pipeline"

@@ -1,0 +1,39 @@
+// Still-image decoding with libavcodec: the whole file is one packet, the
+// first frame is the image. No libavformat demuxer runs (only its probe, to
+// name the codec of an unrecognised file), and no Go callback is involved.
+#ifndef SPDL_IMG_FFDECODE_H
+#define SPDL_IMG_FFDECODE_H
+
+#include <stdint.h>
+
+#include <libavutil/frame.h>
+
+// spdl_ff_quiet silences FFmpeg's log unless SPDL_GO_FFMPEG_LOG is set
+// (the errors returned say what went wrong).
+void spdl_ff_quiet(void);
+
+// spdl_ff_probe returns the name of the libavformat demuxer that claims
+// data (e.g. "png_pipe", "gif", "wav"), or NULL; *long_name gets its long
+// name. Both strings are static.
+const char *spdl_ff_probe(const uint8_t *data, int size, const char **long_name);
+
+// spdl_ff_decode decodes the first image in data with the decoder named
+// decoder. It sets the codec context's max_pixels, so the decoder refuses
+// larger images before allocating them. On success it returns 0 and *out
+// is a frame that the caller frees with av_frame_free; on failure it
+// returns an AVERROR code and *out is NULL. Everything else is freed
+// before it returns, on every path.
+int spdl_ff_decode(const char *decoder, const uint8_t *data, int size, int64_t max_pixels,
+                   AVFrame **out);
+
+// spdl_ff_convert writes f's pixels as packed dfmt (SPDL_PK_RGB, _BGR or
+// _GRAY from kernels.h) into dst, rows dst_stride bytes apart. Packed RGB,
+// gray and palette frames are converted exactly (16-bit ones rounded to 8
+// bits, alpha dropped); others (YUV, planar RGB, ...) go through
+// libswscale (full range out; the frame's range and matrix in). dst must
+// have room for f->height rows of dst_stride bytes, and dst_stride must be
+// at least the row size rounded up to 64 (swscale may write whole vectors).
+// Returns 0 or an AVERROR code.
+int spdl_ff_convert(const AVFrame *f, uint8_t *dst, int dst_stride, int dfmt);
+
+#endif

@@ -1,0 +1,198 @@
+package img
+
+/*
+#include <turbojpeg.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/spdl-go/spdl-go/core/tensor"
+)
+
+// errUseFFmpeg sends a JPEG that libjpeg-turbo does not take (CMYK,
+// lossless, 12-bit) to FFmpeg's decoder.
+var errUseFFmpeg = errors.New("decode with FFmpeg")
+
+// handles is a free list of TurboJPEG decompressors. A tjhandle is not
+// safe for concurrent use, and holds libjpeg state worth reusing; unlike
+// a sync.Pool this list never drops a handle without tjDestroy. Each
+// goroutine decoding a JPEG takes one and puts it back.
+var handles struct {
+	mu   sync.Mutex
+	free []C.tjhandle
+}
+
+func getHandle() (C.tjhandle, error) {
+	handles.mu.Lock()
+	if n := len(handles.free); n > 0 {
+		h := handles.free[n-1]
+		handles.free = handles.free[:n-1]
+		handles.mu.Unlock()
+		return h, nil
+	}
+	handles.mu.Unlock()
+	h := C.tjInitDecompress()
+	if h == nil {
+		return nil, errors.New("out of memory creating a JPEG decompressor")
+	}
+	return h, nil
+}
+
+func putHandle(h C.tjhandle) {
+	handles.mu.Lock()
+	if len(handles.free) < 2*runtime.GOMAXPROCS(0) {
+		handles.free = append(handles.free, h)
+		h = nil
+	}
+	handles.mu.Unlock()
+	if h != nil {
+		C.tjDestroy(h)
+	}
+}
+
+// scaling is a libjpeg-turbo DCT scaling factor below 1.
+type scaling struct{ num, denom int }
+
+// dctScalings are the reduced sizes JPEGs are decoded at, smallest first:
+// 1/8, 1/4 and 1/2, which libjpeg-turbo computes with SIMD reduced
+// IDCTs and which were faster than other factors (3/8, 5/8, 3/4, 7/8
+// use scalar IDCTs and cost as much as or more than a full decode).
+var dctScalings = sync.OnceValue(func() []scaling {
+	var n C.int
+	p := C.tjGetScalingFactors(&n)
+	var out []scaling
+	for _, f := range unsafe.Slice(p, int(n)) {
+		s := scaling{int(f.num), int(f.denom)}
+		if s.num*8 == s.denom || s.num*4 == s.denom || s.num*2 == s.denom {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b scaling) int { return a.num*b.denom - b.num*a.denom })
+	return out
+})
+
+// scaled is TJSCALED: the size of dim at scaling s.
+func (s scaling) scaled(dim int) int { return (dim*s.num + s.denom - 1) / s.denom }
+
+// pickScaling returns the smallest DCT scaling whose output still covers
+// the plan's output in both dimensions (so nothing is upsampled after),
+// or nil for a full-size decode.
+func pickScaling(p plan, h, w int) *scaling {
+	if p.interp == Nearest || p.isIdentity(h, w) {
+		return nil
+	}
+	for _, s := range dctScalings() {
+		fy := float64(s.scaled(h)) / float64(h)
+		fx := float64(s.scaled(w)) / float64(w)
+		if p.y.len*fy >= float64(p.y.full) && p.x.len*fx >= float64(p.x.full) {
+			return &s
+		}
+	}
+	return nil
+}
+
+// jpegErr turns the handle's last error into an error of ours. A file cut
+// short often fails with a consequential message (libjpeg pads missing
+// data with an end marker, then trips over it), so a failing JPEG that
+// does not end with its end-of-image marker counts as truncated.
+func jpegErr(h C.tjhandle, data []byte, when string) error {
+	msg := C.GoString(C.tjGetErrorStr2(h))
+	switch {
+	case strings.Contains(msg, "remature end") || strings.Contains(msg, "mpty input") || !endsWithEOI(data):
+		return fmt.Errorf("%w: JPEG data ends early, %s (libjpeg: %s)", ErrTruncated, when, msg)
+	case strings.HasPrefix(msg, "Unsupported JPEG") || strings.Contains(msg, "precision"):
+		return errUseFFmpeg
+	}
+	return fmt.Errorf("%w: %s: JPEG %s", ErrCorrupt, when, msg)
+}
+
+// decodeJPEG decodes with libjpeg-turbo straight into pooled tensor
+// memory: into the output when no resampling is left after the DCT
+// scaling, otherwise into a scratch tensor that the plan resamples.
+func decodeJPEG(data []byte, o *DecodeOptions) (*tensor.Tensor, error) {
+	h, err := getHandle()
+	if err != nil {
+		return nil, err
+	}
+	// After a failure libjpeg may be left mid-stream (tjDecompressHeader3
+	// does not reset it), so a handle that failed is destroyed, not reused.
+	ok := false
+	defer func() {
+		if ok {
+			putHandle(h)
+		} else {
+			C.tjDestroy(h)
+		}
+	}()
+	buf, size := (*C.uchar)(unsafe.Pointer(&data[0])), C.ulong(len(data))
+	var cw, ch, subsamp, cs C.int
+	if C.tjDecompressHeader3(h, buf, size, &cw, &ch, &subsamp, &cs) != 0 {
+		return nil, jpegErr(h, data, "in its header")
+	}
+	W, H := int(cw), int(ch)
+	if err := o.checkSize(fmtJPEG, W, H); err != nil {
+		return nil, err
+	}
+	if cs == C.TJCS_CMYK || cs == C.TJCS_YCCK {
+		return nil, errUseFFmpeg
+	}
+	p, err := o.plan(H, W)
+	if err != nil {
+		return nil, err
+	}
+	sh, sw := H, W
+	if s := pickScaling(p, H, W); s != nil {
+		sh, sw = s.scaled(H), s.scaled(W)
+		p.y = p.y.scaled(float64(sh) / float64(H))
+		p.x = p.x.scaled(float64(sw) / float64(W))
+	}
+	c := o.Mode.Channels()
+	pf := C.TJPF_RGB
+	switch o.Mode {
+	case BGR:
+		pf = C.TJPF_BGR
+	case Gray:
+		pf = C.TJPF_GRAY
+	}
+	t, err := tensor.New(tensor.UInt8, int64(sh), int64(sw), int64(c))
+	if err != nil {
+		return nil, err
+	}
+	// Flags 0: accurate integer IDCT and smooth chroma upsampling.
+	if C.tjDecompress2(h, buf, size, (*C.uchar)(t.Data()), C.int(sw), C.int(sw*c), C.int(sh), C.int(pf), 0) != 0 {
+		// A warning still leaves a whole picture (corrupt data is patched
+		// over); only a fatal error or a truncation fails the image.
+		if C.tjGetErrorCode(h) == C.TJERR_FATAL || isTruncation(h) {
+			t.Release()
+			return nil, jpegErr(h, data, "while decoding")
+		}
+	}
+	ok = true
+	if p.isIdentity(sh, sw) {
+		return t, nil
+	}
+	defer t.Release()
+	return p.run(t.Bytes(), sh, sw, c, sw*c)
+}
+
+// endsWithEOI reports whether data ends with the JPEG end-of-image marker
+// (FF D9), ignoring a little zero or whitespace padding.
+func endsWithEOI(data []byte) bool {
+	end := len(data)
+	for end > 0 && len(data)-end < 16 && (data[end-1] == 0 || isSpace(data[end-1])) {
+		end--
+	}
+	return end >= 2 && data[end-2] == 0xff && data[end-1] == 0xd9
+}
+
+func isTruncation(h C.tjhandle) bool {
+	return strings.Contains(C.GoString(C.tjGetErrorStr2(h)), "remature end")
+}
