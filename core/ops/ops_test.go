@@ -72,7 +72,7 @@ func elems(t *testing.T, x *tensor.Tensor) []float64 {
 }
 
 func TestNew(t *testing.T) {
-	if got, want := ops.Names(), []string{"collate", "identity", "to_tensor"}; !slices.Equal(got, want) {
+	if got, want := ops.Names(), []string{"collate", "identity", "read_file", "to_tensor"}; !slices.Equal(got, want) {
 		t.Errorf("Names = %v, want %v", got, want)
 	}
 	for _, tc := range []struct {
