@@ -17,12 +17,22 @@ from . import _lib
 __all__ = [
     "NativeOp",
     "available",
+    "center_crop",
     "collate",
     "decode_audio",
+    "decode_image",
     "decode_video",
+    "hflip",
     "identity",
+    "normalize",
+    "random_hflip",
+    "random_resized_crop",
+    "read_file",
+    "resize",
     "to_tensor",
 ]
+
+Size = tuple[int, int] | int
 
 
 @dataclass(frozen=True)
@@ -184,5 +194,163 @@ def decode_video(
             interpolation=interpolation,
             threads=threads,
             max_frames=max_frames,
+        ),
+    )
+
+
+def _size(size: Size | None) -> list[int] | int | None:
+    if size is None or isinstance(size, int):
+        return size
+    return list(size)
+
+
+def read_file(*, key: str | None = None, output_key: str | None = None) -> NativeOp:
+    """Reads a file: path → bytes (bytes pass through). ``key`` defaults to "path"."""
+    return NativeOp("read_file", _media_opts(key, output_key))
+
+
+def decode_image(
+    *,
+    mode: str | None = None,
+    size: Size | None = None,
+    short_side: int | None = None,
+    interpolation: str | None = None,
+    crop: str | None = None,
+    crop_size: Size | None = None,
+    scale: tuple[float, float] | None = None,
+    ratio: tuple[float, float] | None = None,
+    seed: int | None = None,
+    rng_key: str | None = None,
+    max_pixels: int | None = None,
+    key: str | None = None,
+    output_key: str | None = None,
+    name_key: str | None = None,
+) -> NativeOp:
+    """Decodes an image (path or bytes) into a uint8 tensor (H, W, C).
+
+    JPEG goes through libjpeg-turbo, decoding at 1/2, 1/4 or 1/8 scale in
+    the DCT domain when the target is that much smaller; PNG, WebP, BMP, GIF
+    (first frame), TIFF and the rest through FFmpeg. Resizing and cropping
+    given here are fused with decoding: only the output pixels are computed.
+
+    Args:
+        mode: "rgb" (default), "bgr" or "gray" (C=1).
+        size: Resize to (height, width); or ``short_side`` keeping the aspect.
+        interpolation: "bilinear" (default), "area" or "nearest".
+        crop: "center" or "random_resized" (torchvision's RandomResizedCrop,
+            with ``scale``, ``ratio``, ``seed``, ``rng_key``), to ``crop_size``.
+        max_pixels: Refuse larger images (decompression bombs); default 100M.
+        key: Field of dict items holding the image (default "image");
+            ``name_key`` (default "path") names bytes in errors.
+
+    Example:
+        >>> ops.decode_image(short_side=256, crop="center", crop_size=224)
+    """
+    return NativeOp(
+        "decode_image",
+        _media_opts(
+            key,
+            output_key,
+            mode=mode,
+            size=_size(size),
+            short_side=short_side,
+            interpolation=interpolation,
+            crop=crop,
+            crop_size=_size(crop_size),
+            scale=list(scale) if scale is not None else None,
+            ratio=list(ratio) if ratio is not None else None,
+            seed=seed,
+            rng_key=rng_key,
+            max_pixels=max_pixels,
+            name_key=name_key,
+        ),
+    )
+
+
+def resize(
+    *,
+    size: Size | None = None,
+    short_side: int | None = None,
+    interpolation: str | None = None,
+    key: str | None = None,
+    output_key: str | None = None,
+) -> NativeOp:
+    """Resizes a uint8 HWC image to ``size`` (h, w) or to ``short_side``."""
+    return NativeOp(
+        "resize", _media_opts(key, output_key, size=_size(size), short_side=short_side, interpolation=interpolation)
+    )
+
+
+def center_crop(size: Size, *, key: str | None = None, output_key: str | None = None) -> NativeOp:
+    """Crops the centre ``size`` (h, w) of a uint8 HWC image."""
+    return NativeOp("center_crop", _media_opts(key, output_key, size=_size(size)))
+
+
+def random_resized_crop(
+    size: Size,
+    *,
+    scale: tuple[float, float] | None = None,
+    ratio: tuple[float, float] | None = None,
+    interpolation: str | None = None,
+    seed: int | None = None,
+    rng_key: str | None = None,
+    key: str | None = None,
+    output_key: str | None = None,
+) -> NativeOp:
+    """torchvision's RandomResizedCrop on a uint8 HWC image.
+
+    Draws repeat for the same ``seed`` and item order; with ``rng_key`` (a
+    dict key such as "path") they depend only on the seed and that value.
+    """
+    return NativeOp(
+        "random_resized_crop",
+        _media_opts(
+            key,
+            output_key,
+            size=_size(size),
+            scale=list(scale) if scale is not None else None,
+            ratio=list(ratio) if ratio is not None else None,
+            interpolation=interpolation,
+            seed=seed,
+            rng_key=rng_key,
+        ),
+    )
+
+
+def hflip(*, key: str | None = None, output_key: str | None = None) -> NativeOp:
+    """Mirrors a uint8 HWC image left to right."""
+    return NativeOp("hflip", _media_opts(key, output_key))
+
+
+def random_hflip(
+    p: float = 0.5,
+    *,
+    seed: int | None = None,
+    rng_key: str | None = None,
+    key: str | None = None,
+    output_key: str | None = None,
+) -> NativeOp:
+    """Mirrors a uint8 HWC image with probability ``p`` (seeded like random_resized_crop)."""
+    return NativeOp("random_hflip", _media_opts(key, output_key, p=p, seed=seed, rng_key=rng_key))
+
+
+def normalize(
+    *,
+    mean: tuple[float, ...] | None = None,
+    std: tuple[float, ...] | None = None,
+    layout: str | None = None,
+    key: str | None = None,
+    output_key: str | None = None,
+) -> NativeOp:
+    """uint8 HWC → float32 ``(x / 255 - mean) / std`` in "chw" (default) or "hwc"
+    layout; mean and std default to ImageNet's."""
+    return NativeOp(
+        "normalize",
+        _media_opts(
+            key,
+            output_key,
+            mean=list(mean) if mean is not None else None,
+            std=list(std) if std is not None else None,
+            layout=layout,
         ),
     )

@@ -121,3 +121,93 @@ def test_video_clip_batches(tmp_path):
     for clip_levels in levels:
         np.testing.assert_allclose(clip_levels, want, atol=4)
     assert np.from_dlpack(batch["id"]).tolist() == [0, 1]
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory):
+    from PIL import Image
+
+    d = tmp_path_factory.mktemp("jpegs")
+    rng = np.random.default_rng(0)
+    items = []
+    for i in range(40):
+        h, w = (375, 500) if i % 3 else (500, 375)
+        # A solid colour per class, so decoded content is checkable.
+        label = i % 4
+        colour = [(200, 30, 90), (20, 180, 40), (10, 20, 230), (128, 128, 128)][label]
+        img = np.empty((h, w, 3), np.uint8)
+        img[:] = colour
+        path = d / f"img{i:03d}.jpg"
+        Image.fromarray(img).save(path, quality=95)
+        items.append((str(path), label, colour))
+    return items
+
+
+def test_imagenet_style_pipeline_yields_torch_batches(jpegs):
+    torch = pytest.importorskip("torch")
+    p = (
+        PipelineBuilder()
+        .add_source([(path, label) for path, label, _ in jpegs])
+        .pipe(ops.decode_image(short_side=256, crop="center", crop_size=(224, 224)), concurrency=2, output_order="input")
+        .aggregate(32)
+        .pipe(ops.collate(numbers="tensor"))
+        .add_sink(buffer_size=2)
+        .build(num_threads=3)
+    )
+    batches = list(p)
+    p.close()
+    assert [b[0].shape for b in batches] == [(32, 224, 224, 3), (8, 224, 224, 3)]
+    images, labels = batches[0]
+    x, y = torch.from_dlpack(images), torch.from_dlpack(labels)
+    assert x.dtype == torch.uint8 and x.data_ptr() == images.data_ptr  # zero-copy
+    assert y.dtype == torch.int64 and y.tolist() == [label for _, label, _ in jpegs[:32]]
+    for k in range(32):
+        mean = x[k].float().mean(dim=(0, 1))
+        assert torch.allclose(mean, torch.tensor(jpegs[k][2], dtype=torch.float32), atol=4), (k, mean)
+
+
+def test_image_transforms_chain(jpegs):
+    p = (
+        PipelineBuilder()
+        .add_source([{"path": path, "label": label} for path, label, _ in jpegs[:4]])
+        .pipe(ops.read_file(key="path", output_key="image"))
+        .pipe(ops.decode_image())
+        .pipe(ops.random_resized_crop((64, 64), seed=1, rng_key="path"))
+        .pipe(ops.random_hflip(seed=1))
+        .pipe(ops.normalize())
+        .aggregate(4)
+        .pipe(ops.collate())
+        .add_sink()
+        .build()
+    )
+    (batch,) = list(p)
+    p.close()
+    x = np.from_dlpack(batch["image"])
+    assert x.shape == (4, 3, 64, 64) and x.dtype == np.float32
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+    want = (np.array(jpegs[0][2], np.float32) / 255 - mean) / std
+    np.testing.assert_allclose(x[0].mean(axis=(1, 2)), want, atol=0.05)
+    import pyarrow as pa
+
+    assert pa.array(batch["label"]).to_pylist() == [0, 1, 2, 3]
+
+
+def test_corrupt_image_fails_only_its_item(jpegs, media):
+    good = jpegs[0][0]
+    truncated = media / "truncated.jpg"
+    truncated.write_bytes(open(good, "rb").read()[:300])
+    p = (
+        PipelineBuilder()
+        .add_source([good, str(truncated), str(media / "notes.txt"), str(media / "solid.png")])
+        .pipe(ops.decode_image(), name="decode")
+        .add_sink()
+        .build()
+    )
+    out = list(p)
+    errs = "\n".join(p.stats().recent_errors)
+    p.close()
+    assert sorted(t.shape for t in out) == [(30, 40, 3), (500, 375, 3)]
+    assert "truncated.jpg" in errs and "notes.txt" in errs
+    png = next(t for t in out if t.shape == (30, 40, 3))
+    assert np.from_dlpack(png)[0, 0].tolist() == [0xC8, 0x1E, 0x5A]
