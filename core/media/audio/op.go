@@ -117,13 +117,8 @@ func secondsOpt(m map[string]any, name string, positive bool) (float64, error) {
 
 func (op *decodeAudio) Process(ctx context.Context, item any) (any, error) {
 	return op.field.Apply(item, func(in any) (any, error) {
-		var src av.Source
-		switch x := in.(type) {
-		case []byte:
-			src = av.Source{Data: x}
-		case string:
-			src = av.Source{Path: x}
-		default:
+		src, ok := av.SourceOf(in)
+		if !ok {
 			value.Release(in)
 			return nil, fmt.Errorf("decode_audio: expected encoded audio (bytes) or a file path (str), got %s", value.Describe(in))
 		}

@@ -211,3 +211,15 @@ func (r *bytesReader) seek(offset int64, whence int) (int64, error) {
 	r.pos = pos
 	return pos, nil
 }
+
+// SourceOf reads an op's input as media: bytes (the encoded file) or a
+// string (its path). ok is false for anything else.
+func SourceOf(v any) (src Source, ok bool) {
+	switch x := v.(type) {
+	case []byte:
+		return Source{Data: x}, true
+	case string:
+		return Source{Path: x}, true
+	}
+	return Source{}, false
+}

@@ -206,13 +206,8 @@ func asFloat(v any) (float64, bool) {
 
 func (op *decodeVideo) Process(ctx context.Context, item any) (any, error) {
 	return op.field.Apply(item, func(in any) (any, error) {
-		var src av.Source
-		switch x := in.(type) {
-		case []byte:
-			src = av.Source{Data: x}
-		case string:
-			src = av.Source{Path: x}
-		default:
+		src, ok := av.SourceOf(in)
+		if !ok {
 			value.Release(in)
 			return nil, fmt.Errorf("decode_video: expected encoded video (bytes) or a file path (str), got %s", value.Describe(in))
 		}
