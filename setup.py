@@ -14,7 +14,7 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 try:
@@ -59,14 +59,17 @@ class BuildGoLibrary(build_py):
         shutil.copy(ROOT / "capi" / "spdl.h", out.parent / "spdl.h")
 
 
-class PlatformWheel(bdist_wheel):
-    def finalize_options(self) -> None:
-        super().finalize_options()
-        self.root_is_pure = False
+class BinaryDistribution(Distribution):
+    """Holds a compiled library, so files go to platlib, not purelib."""
 
+    def has_ext_modules(self) -> bool:
+        return True
+
+
+class PlatformWheel(bdist_wheel):
     def get_tag(self) -> tuple[str, str, str]:
         plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
         return "py3", "none", plat
 
 
-setup(cmdclass={"build_py": BuildGoLibrary, "bdist_wheel": PlatformWheel})
+setup(distclass=BinaryDistribution, cmdclass={"build_py": BuildGoLibrary, "bdist_wheel": PlatformWheel})
