@@ -35,23 +35,23 @@ type collate struct {
 }
 
 func newCollate(m map[string]any) (Op, error) {
-	o := options{m: m}
-	pad, err := o.bool("pad", false)
+	o := NewOptions(m)
+	pad, err := o.Bool("pad", false)
 	if err != nil {
 		return nil, err
 	}
-	padValue, err := o.number("pad_value", 0)
+	padValue, err := o.Number("pad_value", 0)
 	if err != nil {
 		return nil, err
 	}
-	numbers, err := o.string("numbers", "arrow")
+	numbers, err := o.String("numbers", "arrow")
 	if err != nil {
 		return nil, err
 	}
 	if numbers != "arrow" && numbers != "tensor" {
 		return nil, fmt.Errorf("option numbers: want \"arrow\" or \"tensor\", got %q", numbers)
 	}
-	if err := o.done(); err != nil {
+	if err := o.Done(); err != nil {
 		return nil, err
 	}
 	return collate{pad: pad, padValue: padValue, numbersTensor: numbers == "tensor"}, nil
@@ -247,10 +247,10 @@ func (c collate) dicts(col []any, path string) (any, error) {
 
 // sequences collates tuples (or lists) of one length position by position.
 func (c collate) sequences(col []any, path string, tuple bool) (any, error) {
-	s0, _ := asSeq(col[0])
+	s0, _ := AsSeq(col[0])
 	for i, v := range col[1:] {
 		i++
-		if s, _ := asSeq(v); len(s) != len(s0) {
+		if s, _ := AsSeq(v); len(s) != len(s0) {
 			return nil, fmt.Errorf("%ssample %d has %d items but sample 0 has %d; give every sample the same length", at(path), i, len(s), len(s0))
 		}
 	}
@@ -258,7 +258,7 @@ func (c collate) sequences(col []any, path string, tuple bool) (any, error) {
 	column := make([]any, len(col))
 	for j := range s0 {
 		for i, v := range col {
-			s, _ := asSeq(v)
+			s, _ := AsSeq(v)
 			column[i] = s[j]
 		}
 		v, err := c.column(column, fmt.Sprintf("%s[%d]", path, j))

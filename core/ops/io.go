@@ -27,14 +27,14 @@ type readFile struct {
 }
 
 func newReadFile(m map[string]any) (Op, error) {
-	o := options{m: m}
-	o.get("key")
-	o.get("output_key")
+	o := NewOptions(m)
+	o.Get("key")
+	o.Get("output_key")
 	f, err := FieldFromOptions(m, "path", "")
 	if err != nil {
 		return nil, err
 	}
-	if err := o.done(); err != nil {
+	if err := o.Done(); err != nil {
 		return nil, err
 	}
 	return readFile{f}, nil

@@ -14,8 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-
-	"github.com/spdl-go/spdl-go/core/value"
 )
 
 // Op transforms one item. It has the same method set as pipeline.Op, so an
@@ -77,77 +75,12 @@ func init() {
 	Register("collate", newCollate)
 }
 
-// options reads a factory's options and rejects the ones it did not read.
-type options struct {
-	m     map[string]any
-	known []string
-}
-
-func (o *options) get(name string) (any, bool) {
-	o.known = append(o.known, name)
-	v, ok := o.m[name]
-	return v, ok && v != nil
-}
-
-func (o *options) bool(name string, def bool) (bool, error) {
-	v, ok := o.get(name)
-	if !ok {
-		return def, nil
-	}
-	b, ok := v.(bool)
-	if !ok {
-		return false, fmt.Errorf("option %q must be True or False, not %s", name, value.Describe(v))
-	}
-	return b, nil
-}
-
-func (o *options) number(name string, def float64) (float64, error) {
-	v, ok := o.get(name)
-	if !ok {
-		return def, nil
-	}
-	switch x := v.(type) {
-	case int64:
-		return float64(x), nil
-	case int:
-		return float64(x), nil
-	case float64:
-		return x, nil
-	}
-	return 0, fmt.Errorf("option %q must be a number, not %s", name, value.Describe(v))
-}
-
-func (o *options) string(name, def string) (string, error) {
-	v, ok := o.get(name)
-	if !ok {
-		return def, nil
-	}
-	s, ok := v.(string)
-	if !ok {
-		return "", fmt.Errorf("option %q must be a str, not %s", name, value.Describe(v))
-	}
-	return s, nil
-}
-
-// done reports an option that no getter asked for.
-func (o *options) done() error {
-	for _, k := range slices.Sorted(maps.Keys(o.m)) {
-		if !slices.Contains(o.known, k) {
-			if len(o.known) == 0 {
-				return fmt.Errorf("unknown option %q; this op takes no options", k)
-			}
-			return fmt.Errorf("unknown option %q; known options: %s", k, strings.Join(o.known, ", "))
-		}
-	}
-	return nil
-}
-
 // identity returns its input.
 type identity struct{}
 
 func newIdentity(m map[string]any) (Op, error) {
-	o := options{m: m}
-	if err := o.done(); err != nil {
+	o := NewOptions(m)
+	if err := o.Done(); err != nil {
 		return nil, err
 	}
 	return identity{}, nil

@@ -92,7 +92,7 @@ func TestNew(t *testing.T) {
 		{"dtype not str", "to_tensor", map[string]any{"dtype": int64(3)}, `option "dtype" must be a str, not 3`},
 		{"pad not bool", "collate", map[string]any{"pad": "yes"}, `option "pad" must be True or False, not "yes"`},
 		{"pad_value not number", "collate", map[string]any{"pad_value": "0"}, `option "pad_value" must be a number`},
-		{"unknown option", "collate", map[string]any{"padd": true}, `unknown option "padd"; known options: pad, pad_value`},
+		{"unknown option", "collate", map[string]any{"padd": true}, `unknown option "padd"; known options: numbers, pad, pad_value`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			op, err := ops.New(tc.op, tc.opts)

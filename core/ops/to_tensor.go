@@ -19,8 +19,8 @@ type toTensor struct {
 }
 
 func newToTensor(m map[string]any) (Op, error) {
-	o := options{m: m}
-	name, err := o.string("dtype", "float32")
+	o := NewOptions(m)
+	name, err := o.String("dtype", "float32")
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +28,7 @@ func newToTensor(m map[string]any) (Op, error) {
 	if err != nil {
 		return nil, fmt.Errorf("option \"dtype\": %w", err)
 	}
-	if err := o.done(); err != nil {
+	if err := o.Done(); err != nil {
 		return nil, err
 	}
 	return toTensor{dt}, nil
@@ -57,7 +57,7 @@ func (op toTensor) convert(in any) (any, error) {
 	}
 	var shape []int64
 	for v := in; ; {
-		s, ok := asSeq(v)
+		s, ok := AsSeq(v)
 		if !ok {
 			break
 		}
@@ -97,19 +97,6 @@ func (op toTensor) convert(in any) (any, error) {
 	return t.Convert(op.dtype)
 }
 
-// asSeq returns the items of a list or tuple.
-func asSeq(v any) ([]any, bool) {
-	switch x := v.(type) {
-	case value.List:
-		return x, true
-	case value.Tuple:
-		return x, true
-	case []any:
-		return x, true
-	}
-	return nil, false
-}
-
 // flattener checks that a nested list is rectangular and collects its
 // numbers in row-major order.
 type flattener struct {
@@ -121,7 +108,7 @@ type flattener struct {
 
 func (f *flattener) walk(v any, depth int, path string) error {
 	if depth < len(f.shape) {
-		s, ok := asSeq(v)
+		s, ok := AsSeq(v)
 		if !ok {
 			return fmt.Errorf("ragged input: item%s is %s, but a list of %d items is expected there; give every list the same length", path, value.Describe(v), f.shape[depth])
 		}
@@ -153,7 +140,7 @@ func (f *flattener) walk(v any, depth int, path string) error {
 	case *tensor.Tensor:
 		return fmt.Errorf("item%s is a tensor; to_tensor takes numbers or lists of numbers (stack tensors with collate)", path)
 	default:
-		if _, ok := asSeq(v); ok {
+		if _, ok := AsSeq(v); ok {
 			return fmt.Errorf("ragged input: item%s is a list, but item%s is a number; give every list the same depth", path, firstPath(depth))
 		}
 		return fmt.Errorf("cannot make a tensor from %s at item%s; pass int, float, bool or (nested) lists of them", value.Describe(v), path)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spdl-go/spdl-go/core/media/av"
 	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/tensor"
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
@@ -69,21 +70,13 @@ func newDecodeAudio(m map[string]any) (ops.Op, error) {
 
 // intOpt reads an integer option >= min; absent or None is 0.
 func intOpt(m map[string]any, name string, min int64) (int, error) {
-	var n int64
-	switch x := m[name].(type) {
-	case nil:
+	v := m[name]
+	if v == nil {
 		return 0, nil
-	case int64:
-		n = x
-	case int:
-		n = int64(x)
-	case float64:
-		if x != math.Trunc(x) || math.Abs(x) > 1<<53 {
-			return 0, fmt.Errorf("option %q must be an int, not %v", name, x)
-		}
-		n = int64(x)
-	default:
-		return 0, fmt.Errorf("option %q must be an int, not %s", name, value.Describe(x))
+	}
+	n, ok := ops.AsInt(v)
+	if !ok {
+		return 0, fmt.Errorf("option %q must be an int, not %s", name, value.Describe(v))
 	}
 	if n < min || n > math.MaxInt32 {
 		return 0, fmt.Errorf("option %q must be an int >= %d, not %d", name, min, n)
@@ -116,16 +109,7 @@ func secondsOpt(m map[string]any, name string, positive bool) (float64, error) {
 }
 
 func (op *decodeAudio) Process(ctx context.Context, item any) (any, error) {
-	return op.field.Apply(item, func(in any) (any, error) {
-		src, ok := av.SourceOf(in)
-		if !ok {
-			value.Release(in)
-			return nil, fmt.Errorf("decode_audio: expected encoded audio (bytes) or a file path (str), got %s", value.Describe(in))
-		}
-		t, err := Decode(ctx, src, op.opts)
-		if err != nil {
-			return nil, fmt.Errorf("decode_audio: %w", err)
-		}
-		return t, nil
+	return av.DecodeField(ctx, op.field, item, "decode_audio", "audio", func(ctx context.Context, src av.Source) (*tensor.Tensor, error) {
+		return Decode(ctx, src, op.opts)
 	})
 }

@@ -5,6 +5,7 @@
 package av
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,10 @@ import (
 	"sync"
 
 	"github.com/asticode/go-astiav"
+
+	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/tensor"
+	"github.com/spdl-go/spdl-go/core/value"
 )
 
 // Source is where media comes from: a file path, or bytes in memory (Name
@@ -222,4 +227,23 @@ func SourceOf(v any) (src Source, ok bool) {
 		return Source{Path: x}, true
 	}
 	return Source{}, false
+}
+
+// DecodeField is the body of a decode op: it runs decode on the media in
+// field of item (bytes or a path) and puts the tensor back. Ownership is
+// ops.Field.Apply's. name is the op's, kind what it decodes ("audio").
+func DecodeField(ctx context.Context, field ops.Field, item any, name, kind string,
+	decode func(context.Context, Source) (*tensor.Tensor, error)) (any, error) {
+	return field.Apply(item, func(in any) (any, error) {
+		src, ok := SourceOf(in)
+		if !ok {
+			value.Release(in)
+			return nil, fmt.Errorf("%s: expected encoded %s (bytes) or a file path (str), got %s", name, kind, value.Describe(in))
+		}
+		t, err := decode(ctx, src)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return t, nil
+	})
 }

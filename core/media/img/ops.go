@@ -29,23 +29,23 @@ type decodeOp struct {
 }
 
 func newDecodeOp(m map[string]any) (ops.Op, error) {
-	o := optReader{m: m}
+	o := optReader{ops.NewOptions(m)}
 	op := &decodeOp{}
 	var err error
-	if op.field, err = o.field("image"); err != nil {
+	if op.field, err = o.Field("image"); err != nil {
 		return nil, err
 	}
-	if op.nameKey, err = o.string("name_key", "path"); err != nil {
+	if op.nameKey, err = o.String("name_key", "path"); err != nil {
 		return nil, err
 	}
-	mode, err := o.string("mode", "rgb")
+	mode, err := o.String("mode", "rgb")
 	if err != nil {
 		return nil, err
 	}
 	if op.opts.Mode, err = ParseMode(mode); err != nil {
 		return nil, err
 	}
-	if op.opts.MaxPixels, err = o.int("max_pixels", DefaultMaxPixels); err != nil {
+	if op.opts.MaxPixels, err = o.Int("max_pixels", DefaultMaxPixels); err != nil {
 		return nil, err
 	}
 	if op.opts.MaxPixels <= 0 {
@@ -55,7 +55,7 @@ func newDecodeOp(m map[string]any) (ops.Op, error) {
 	if r.Height, r.Width, err = o.size("size", false); err != nil {
 		return nil, err
 	}
-	short, err := o.int("short_side", 0)
+	short, err := o.Int("short_side", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func newDecodeOp(m map[string]any) (ops.Op, error) {
 	if r.Interp, err = o.interp(); err != nil {
 		return nil, err
 	}
-	crop, err := o.string("crop", "")
+	crop, err := o.String("crop", "")
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func newDecodeOp(m map[string]any) (ops.Op, error) {
 	if err := op.opts.Validate(); err != nil {
 		return nil, err
 	}
-	if err := o.done(); err != nil {
+	if err := o.Done(); err != nil {
 		return nil, err
 	}
 	return op, nil
@@ -189,16 +189,16 @@ func (op *tensorOp) Process(ctx context.Context, in any) (any, error) {
 // newTensorOp reads key/output_key and the op's own options (read), then
 // checks that nothing else was given.
 func newTensorOp(name string, m map[string]any, read func(o *optReader, op *tensorOp) error) (ops.Op, error) {
-	o := optReader{m: m}
+	o := optReader{ops.NewOptions(m)}
 	op := &tensorOp{name: name}
 	var err error
-	if op.field, err = o.field("image"); err != nil {
+	if op.field, err = o.Field("image"); err != nil {
 		return nil, err
 	}
 	if err := read(&o, op); err != nil {
 		return nil, err
 	}
-	if err := o.done(); err != nil {
+	if err := o.Done(); err != nil {
 		return nil, err
 	}
 	return op, nil
@@ -211,7 +211,7 @@ func newResizeOp(m map[string]any) (ops.Op, error) {
 		if r.Height, r.Width, err = o.size("size", false); err != nil {
 			return err
 		}
-		short, err := o.int("short_side", 0)
+		short, err := o.Int("short_side", 0)
 		if err != nil {
 			return err
 		}
@@ -284,7 +284,7 @@ func newHFlipOp(m map[string]any) (ops.Op, error) {
 
 func newRandomHFlipOp(m map[string]any) (ops.Op, error) {
 	return newTensorOp("random_hflip", m, func(o *optReader, op *tensorOp) error {
-		p, err := o.number("p", 0.5)
+		p, err := o.Number("p", 0.5)
 		if err != nil {
 			return err
 		}
@@ -317,7 +317,7 @@ func newNormalizeOp(m map[string]any) (ops.Op, error) {
 		if err != nil {
 			return err
 		}
-		layout, err := o.string("layout", "chw")
+		layout, err := o.String("layout", "chw")
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spdl-go/spdl-go/core/media/av"
 	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/tensor"
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
@@ -76,7 +77,7 @@ func parseOptions(m map[string]any) (o Options, err error) {
 		}
 		o.Indices = make([]int64, len(xs))
 		for i, x := range xs {
-			n, ok := asInt(x)
+			n, ok := ops.AsInt(x)
 			if !ok {
 				return o, fmt.Errorf("option \"indices\" must be a list of ints; item %d is %s", i, value.Describe(x))
 			}
@@ -88,8 +89,8 @@ func parseOptions(m map[string]any) (o Options, err error) {
 		if !ok || len(xs) != 2 {
 			return o, fmt.Errorf("option \"size\" must be [height, width], not %s", value.Describe(v))
 		}
-		h, okh := asInt(xs[0])
-		w, okw := asInt(xs[1])
+		h, okh := ops.AsInt(xs[0])
+		w, okw := ops.AsInt(xs[1])
 		if !okh || !okw || h < 1 || w < 1 || h > math.MaxInt32 || w > math.MaxInt32 {
 			return o, fmt.Errorf("option \"size\" must be [height, width] with ints >= 1, not %s", value.Describe(v))
 		}
@@ -105,14 +106,14 @@ func parseOptions(m map[string]any) (o Options, err error) {
 		if !ok || v == nil {
 			continue
 		}
-		n, ok := asInt(v)
+		n, ok := ops.AsInt(v)
 		if !ok || n < x.min || n > math.MaxInt32 {
 			return o, fmt.Errorf("option %q must be an int >= %d, not %s", x.name, x.min, value.Describe(v))
 		}
 		*x.dst = int(n)
 	}
 	if v, ok := m["max_pixels"]; ok && v != nil {
-		n, ok := asInt(v)
+		n, ok := ops.AsInt(v)
 		if !ok || n < 1 {
 			return o, fmt.Errorf("option \"max_pixels\" must be an int >= 1, not %s", value.Describe(v))
 		}
@@ -127,7 +128,7 @@ func parseOptions(m map[string]any) (o Options, err error) {
 		if !ok || v == nil {
 			continue
 		}
-		f, ok := asFloat(v)
+		f, ok := ops.AsFloat(v)
 		if !ok {
 			return o, fmt.Errorf("option %q must be a number, not %s", x.name, value.Describe(v))
 		}
@@ -154,14 +155,12 @@ func parseOptions(m map[string]any) (o Options, err error) {
 	return o, nil
 }
 
+// seq reads a list option; Go callers may also pass []int64 or []int.
 func seq(v any) ([]any, bool) {
+	if xs, ok := ops.AsSeq(v); ok {
+		return xs, true
+	}
 	switch x := v.(type) {
-	case value.List:
-		return x, true
-	case value.Tuple:
-		return x, true
-	case []any:
-		return x, true
 	case []int64:
 		out := make([]any, len(x))
 		for i, n := range x {
@@ -178,43 +177,8 @@ func seq(v any) ([]any, bool) {
 	return nil, false
 }
 
-func asInt(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return x, true
-	case int:
-		return int64(x), true
-	case float64:
-		if x == math.Trunc(x) && math.Abs(x) <= 1<<53 {
-			return int64(x), true
-		}
-	}
-	return 0, false
-}
-
-func asFloat(v any) (float64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return float64(x), true
-	case int:
-		return float64(x), true
-	case float64:
-		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
-	}
-	return 0, false
-}
-
 func (op *decodeVideo) Process(ctx context.Context, item any) (any, error) {
-	return op.field.Apply(item, func(in any) (any, error) {
-		src, ok := av.SourceOf(in)
-		if !ok {
-			value.Release(in)
-			return nil, fmt.Errorf("decode_video: expected encoded video (bytes) or a file path (str), got %s", value.Describe(in))
-		}
-		t, err := Decode(ctx, src, op.opts)
-		if err != nil {
-			return nil, fmt.Errorf("decode_video: %w", err)
-		}
-		return t, nil
+	return av.DecodeField(ctx, op.field, item, "decode_video", "video", func(ctx context.Context, src av.Source) (*tensor.Tensor, error) {
+		return Decode(ctx, src, op.opts)
 	})
 }
