@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"github.com/spdl-go/spdl-go/core/tensor"
@@ -68,7 +69,7 @@ func (op toTensor) convert(in any) (any, error) {
 		v = s[0]
 	}
 	f := flattener{shape: shape, allInt: true}
-	if err := f.walk(in, 0, ""); err != nil {
+	if err := f.walk(in, 0); err != nil {
 		return nil, err
 	}
 	// Fill an int64 or float64 tensor (exact for every input), then convert.
@@ -104,21 +105,26 @@ type flattener struct {
 	allInt bool
 	ints   []int64
 	floats []float64
+	at     []int // indices from the top to the element being visited
 }
 
-func (f *flattener) walk(v any, depth int, path string) error {
+// walk visits v at depth; f.at holds the indices that lead to it, and is
+// rendered only for an error message (this runs once per element).
+func (f *flattener) walk(v any, depth int) error {
 	if depth < len(f.shape) {
 		s, ok := AsSeq(v)
 		if !ok {
-			return fmt.Errorf("ragged input: item%s is %s, but a list of %d items is expected there; give every list the same length", path, value.Describe(v), f.shape[depth])
+			return fmt.Errorf("ragged input: item%s is %s, but a list of %d items is expected there; give every list the same length", f.path(), value.Describe(v), f.shape[depth])
 		}
 		if int64(len(s)) != f.shape[depth] {
-			return fmt.Errorf("ragged input: item%s has %d items, but item%s has %d; give every list the same length (or use collate(pad=True))", path, len(s), firstPath(depth), f.shape[depth])
+			return fmt.Errorf("ragged input: item%s has %d items, but item%s has %d; give every list the same length (or use collate(pad=True))", f.path(), len(s), firstPath(depth), f.shape[depth])
 		}
 		for i, e := range s {
-			if err := f.walk(e, depth+1, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			f.at = append(f.at, i)
+			if err := f.walk(e, depth+1); err != nil {
 				return err
 			}
+			f.at = f.at[:len(f.at)-1]
 		}
 		return nil
 	}
@@ -138,15 +144,23 @@ func (f *flattener) walk(v any, depth int, path string) error {
 		f.allInt = false
 		x = n
 	case *tensor.Tensor:
-		return fmt.Errorf("item%s is a tensor; to_tensor takes numbers or lists of numbers (stack tensors with collate)", path)
+		return fmt.Errorf("item%s is a tensor; to_tensor takes numbers or lists of numbers (stack tensors with collate)", f.path())
 	default:
 		if _, ok := AsSeq(v); ok {
-			return fmt.Errorf("ragged input: item%s is a list, but item%s is a number; give every list the same depth", path, firstPath(depth))
+			return fmt.Errorf("ragged input: item%s is a list, but item%s is a number; give every list the same depth", f.path(), firstPath(depth))
 		}
-		return fmt.Errorf("cannot make a tensor from %s at item%s; pass int, float, bool or (nested) lists of them", value.Describe(v), path)
+		return fmt.Errorf("cannot make a tensor from %s at item%s; pass int, float, bool or (nested) lists of them", value.Describe(v), f.path())
 	}
 	f.floats = append(f.floats, x)
 	return nil
+}
+
+func (f *flattener) path() string {
+	var b strings.Builder
+	for _, i := range f.at {
+		fmt.Fprintf(&b, "[%d]", i)
+	}
+	return b.String()
 }
 
 // firstPath is the path of the first item at depth: "[0][0]...".
