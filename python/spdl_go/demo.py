@@ -104,7 +104,7 @@ def main() -> None:
             seen += len(y)
         dt = time.perf_counter() - t0
         print(
-            f"epoch {epoch}: {seen} samples in {dt:.2f}s = {seen / dt:,.0f} samples/s, "
+            f"epoch {epoch + 1}/{args.epochs}: {seen} samples in {dt:.2f}s = {seen / dt:,.0f} samples/s, "
             f"loss {loss_sum / max(seen, 1):.3f}, accuracy {correct / max(seen, 1):.1%}"
         )
         stats = pipeline.stats()
@@ -112,6 +112,7 @@ def main() -> None:
         for err in stats.recent_errors:
             print("  failed item:", err.splitlines()[0])
     pipeline.close()
+    del batch, x  # the last batch's memory goes back to the pool
     mem = spdl_go.memory_stats()
     print(f"engine memory after close: {mem['live_bytes']} bytes live, {mem['pooled_bytes']} bytes pooled")
 

@@ -271,7 +271,7 @@ class PipelineStats:
         """A human-readable table of the per-stage counters."""
         rate = lambda n: n / self.elapsed_s if self.elapsed_s > 0 else 0.0  # noqa: E731
         lines = [
-            f"epoch {self.epoch} {self.state}: {self.delivered} items out in {self.elapsed_s:.3f}s "
+            f"epoch {self.epoch} ({self.state}): {self.delivered} items delivered in {self.elapsed_s:.3f}s "
             f"({rate(self.delivered):,.0f}/s), {self.failures} failures",
             f"  {'stage':<24}{'conc':>5}{'in':>10}{'out':>10}{'fail':>6}{'busy s':>9}{'queue':>9}",
         ]
