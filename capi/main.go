@@ -199,21 +199,43 @@ func spdl_pipeline_next(h C.uint64_t, timeoutUs C.int64_t, out *C.spdl_buf, errO
 	return rc
 }
 
-// encodeOut hands item to the caller as a malloc'd wire buffer.
+// encodeOut hands item to the caller as a malloc'd wire buffer. Items come
+// encoded from the handoff stage; anything else is encoded here.
 func encodeOut(item any, out *C.spdl_buf) error {
+	enc, ok := item.(*wire.Encoded)
+	if !ok {
+		var err error
+		if enc, err = handoff(item); err != nil {
+			return fmt.Errorf("sink: %w", err)
+		}
+	}
+	p, n := enc.Take()
+	out.data, out.len = (*C.uint8_t)(p), C.size_t(n)
+	return nil
+}
+
+// handoffOp encodes items for the host (see buildConfig).
+type handoffOp struct{}
+
+func (handoffOp) Process(_ context.Context, in any) (any, error) {
+	enc, err := handoff(in)
+	if err != nil {
+		return nil, err
+	}
+	return enc, nil
+}
+
+// handoff encodes v into C memory; on error it releases v.
+func handoff(v any) (*wire.Encoded, error) {
 	bp := encodeBufs.Get().(*[]byte)
 	defer encodeBufs.Put(bp)
-	buf, err := wire.Encode((*bp)[:0], item)
-	if err != nil {
-		value.Release(item)
-		return fmt.Errorf("sink: cannot hand the item to the caller: %w", err)
-	}
+	enc, buf, err := wire.EncodeC(*bp, v, pyDecoder)
 	*bp = buf
-	C.spdl_buf_set(out, unsafe.Pointer(&buf[0]), C.size_t(len(buf)))
-	if out.data == nil {
-		return errors.New("sink: out of memory copying the item")
+	if err != nil {
+		value.Release(v)
+		return nil, fmt.Errorf("cannot hand the item to the caller: %w", err)
 	}
-	return nil
+	return enc, nil
 }
 
 //export spdl_pipeline_stop

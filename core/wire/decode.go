@@ -18,6 +18,10 @@ type Decoder struct {
 	// 'v'). Only bytes from the in-process host may carry them; without it
 	// those tags are an error, so arbitrary bytes can be decoded safely.
 	TrustPointers bool
+
+	// releaseArrow makes 'A' entries release their structs: used only to
+	// drop an Encoded buffer that was never handed over.
+	releaseArrow bool
 }
 
 // Decode reads one value that fills b. On error, whatever was adopted so
@@ -185,7 +189,15 @@ func (r *reader) value(depth int) (any, error) {
 		}
 		return NewPyObject(id, r.dec.ReleasePy), nil
 	case tagArrow:
-		return nil, fmt.Errorf("wire: Arrow arrays cannot be sent from Python to Go yet")
+		if !r.dec.releaseArrow {
+			return nil, fmt.Errorf("wire: Arrow arrays cannot be sent from Python to Go yet")
+		}
+		if err := r.need(16); err != nil {
+			return nil, err
+		}
+		FreeExportedArrow(r.buf[r.pos : r.pos+16])
+		r.pos += 16
+		return nil, nil
 	default:
 		return nil, fmt.Errorf("wire: unknown tag 0x%02x at byte %d", tag, r.pos-1)
 	}

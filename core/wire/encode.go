@@ -6,6 +6,7 @@ import "C"
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"unsafe"
@@ -134,3 +135,68 @@ func FreeExportedArrow(b []byte) {
 	C.free(unsafe.Pointer(arr))
 	C.free(unsafe.Pointer(schema))
 }
+
+// Encoded is a value already encoded into C memory (malloc'd), ready to be
+// handed to the host without further work on the host's thread. It owns
+// the references inside the bytes until Take hands them over; Release
+// gives them back (tensors dropped, Arrow structs released, Python object
+// ids returned through dec.ReleasePy).
+type Encoded struct {
+	data unsafe.Pointer
+	n    int
+	dec  *Decoder
+}
+
+// EncodeC encodes v into a malloc'd buffer. Like Encode it checks first:
+// on error nothing was handed over and v still belongs to the caller.
+func EncodeC(scratch []byte, v any, dec *Decoder) (*Encoded, []byte, error) {
+	buf, err := Encode(scratch[:0], v)
+	if err != nil {
+		return nil, scratch, err
+	}
+	p := C.malloc(C.size_t(max(len(buf), 1)))
+	if p == nil {
+		// The references are in buf already; give them back.
+		releaseEncoded(buf, dec)
+		return nil, buf, errors.New("wire: out of memory for an encoded item")
+	}
+	copy(unsafe.Slice((*byte)(p), len(buf)), buf)
+	return &Encoded{data: p, n: len(buf), dec: dec}, buf, nil
+}
+
+// Take hands the buffer (and the references in it) to the caller, who
+// frees it with free(); the Encoded is empty afterwards.
+func (e *Encoded) Take() (unsafe.Pointer, int) {
+	p, n := e.data, e.n
+	e.data, e.n = nil, 0
+	return p, n
+}
+
+// Release gives back every reference in the buffer and frees it; a no-op
+// after Take.
+func (e *Encoded) Release() {
+	if e.data == nil {
+		return
+	}
+	p, n := e.Take()
+	releaseEncoded(unsafe.Slice((*byte)(p), n), e.dec)
+	C.free(p)
+}
+
+func (e *Encoded) String() string { return fmt.Sprintf("<encoded item, %d bytes>", e.n) }
+
+// releaseEncoded walks encoded bytes and releases what they refer to.
+func releaseEncoded(b []byte, dec *Decoder) {
+	d := Decoder{TrustPointers: true}
+	if dec != nil {
+		d.ReleasePy = dec.ReleasePy
+	}
+	d.releaseArrow = true
+	v, err := d.Decode(b)
+	if err == nil {
+		value.Release(v)
+	}
+}
+
+// Free frees a buffer taken from an Encoded.
+func Free(p unsafe.Pointer) { C.free(p) }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
 	"github.com/spdl-go/spdl-go/core/tensor"
@@ -174,4 +175,49 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoding changed the bytes:\n in %q\nout %q", b, out)
 		}
 	})
+}
+
+func TestEncodedReleaseGivesBackEveryReference(t *testing.T) {
+	tt, err := tensor.New(tensor.Float32, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arr, err := columnar.FromValues([]any{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var released []uint64
+	dec := &wire.Decoder{ReleasePy: func(id uint64) { released = append(released, id) }}
+	v := value.List{tt, arr, wire.NewPyObject(7, dec.ReleasePy), "plain"}
+	enc, _, err := wire.EncodeC(nil, v, dec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := tensor.MemStats(); s.LiveTensors != 1 {
+		t.Fatalf("the encoded item should hold the tensor: %+v", s)
+	}
+	enc.Release()
+	enc.Release() // a no-op the second time
+	if s := tensor.MemStats(); s.LiveTensors != 0 || s.LiveBytes != 0 {
+		t.Fatalf("tensor not released: %+v", s)
+	}
+	columnar.Allocator.AssertSize(t, 0)
+	if len(released) != 1 || released[0] != 7 {
+		t.Fatalf("python refs released: %v", released)
+	}
+}
+
+func TestEncodedTakeHandsOver(t *testing.T) {
+	enc, _, err := wire.EncodeC(nil, value.Tuple{int64(1), "x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, n := enc.Take()
+	b := append([]byte(nil), unsafe.Slice((*byte)(p), n)...)
+	wire.Free(p)
+	enc.Release() // nothing left to release
+	got, err := (&wire.Decoder{}).Decode(b)
+	if err != nil || !reflect.DeepEqual(got, value.Tuple{int64(1), "x"}) {
+		t.Fatalf("got %#v, %v", got, err)
+	}
 }
