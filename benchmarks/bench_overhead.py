@@ -46,7 +46,7 @@ def median_time(make, repeat: int) -> float:
     return statistics.median(drain(make()) for _ in range(repeat))
 
 
-def handoff(kind: str, repeat: int, batches: int = 64) -> float:
+def handoff(kind: str, repeat: int, batches: int = 1000) -> float:
     """Consumer-side seconds per batch: get_item, decode and import.
 
     The pipeline makes exactly as many batches as its sink buffers, and
