@@ -20,6 +20,9 @@ type DecodeOptions struct {
 	Rand *Rand
 	// ffmpegOnly sends JPEGs through FFmpeg too (for comparisons).
 	ffmpegOnly bool
+	// wholeJPEG decodes JPEGs at full (DCT-scaled) size even for a crop
+	// (for comparisons).
+	wholeJPEG bool
 }
 
 // Validate checks the options without decoding anything.

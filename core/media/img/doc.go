@@ -34,9 +34,10 @@
 //
 // The input is bytes (encoded image) or a str path (then read). The format
 // comes from the magic bytes, never the file name: JPEG (FF D8 FF) is
-// decoded by libjpeg-turbo's TurboJPEG API straight into tensor memory
-// (one pooled decompressor per concurrent call; CMYK, lossless and 12-bit
-// JPEGs go to FFmpeg); PNG, WebP, BMP, GIF (first frame), TIFF, PNM and
+// decoded by libjpeg-turbo's TurboJPEG API straight into tensor memory,
+// or with a crop by its libjpeg API into a scratch window (one pooled
+// decompressor per concurrent call; CMYK, lossless and 12-bit JPEGs go to
+// FFmpeg); PNG, WebP, BMP, GIF (first frame), TIFF, PNM and
 // whatever else FFmpeg's image probe recognises are decoded by libavcodec
 // (the whole file is one packet; no demuxer, no Go callbacks) and
 // converted exactly (packed RGB, gray, palette, 16-bit) or by libswscale
@@ -44,7 +45,16 @@
 //
 // The resize and crop options run in the same call, computing only the
 // output pixels: resize then crop (torchvision's Resize then CenterCrop)
-// resamples just the crop window. When the output is at most 1/2, 1/4 or
+// resamples just the crop window. With a crop, a JPEG is decoded only over
+// the source window that the resampling reads (plus 4 pixels each side),
+// with libjpeg's jpeg_crop_scanline (left edge snapped to an iMCU column)
+// and jpeg_skip_scanlines, stopping after the window's last row; the
+// output is identical to decoding the whole image. A JPEG that does not
+// end with its end-of-image marker is decoded whole, so that truncation is
+// reported whatever the crop; corruption after the window's last row goes
+// unnoticed. Without a crop, and for progressive JPEGs (whose
+// coefficients are all decoded first either way: a window was measured no
+// faster), the whole image is decoded with TurboJPEG's tjDecompress2. When the output is at most 1/2, 1/4 or
 // 1/8 of a JPEG in both dimensions, the JPEG is decoded at that reduced
 // DCT size (libjpeg-turbo's scaling) and resized from there. Other DCT
 // factors (3/8 ... 7/8) are not used: they decoded slower than a full-size
@@ -116,11 +126,12 @@
 // machine was idle):
 //
 //	decode only, full size RGB (libjpeg-turbo)              800-885/s (1.1-1.25 ms)
-//	decode + short side 256 + centre crop 224, fused        650-720/s; 0.80-0.82 of decode only
-//	                                                        (BenchmarkFusedVsDecodeOnly, interleaved)
+//	decode + short side 256 + centre crop 224, fused        700-840/s; 0.92-0.94 of decode only
+//	                                                        (BenchmarkFusedVsDecodeOnly, interleaved;
+//	                                                        0.80-0.82 when it decoded the whole JPEG)
 //	the same as decode, then resize, then crop              580-685/s
-//	decode + random resized crop 224, fused                 680-740/s
-//	decode_image op on a dict item (fused, as above)        590-705/s
+//	decode + random resized crop 224, fused                 770-855/s
+//	decode_image op on a dict item (fused, as above)        640-880/s
 //	FFmpeg's mjpeg decoder + libswscale, full size RGB      310-340/s
 //	resize 375x500 -> 256x341 bilinear / area / nearest     0.43 / 0.39 / 0.17 ms
 //	normalize 224x224x3 -> float32 CHW                      0.08-0.09 ms

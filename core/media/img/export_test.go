@@ -8,3 +8,10 @@ func DecodeWithFFmpeg(data []byte, name string, o DecodeOptions) (*tensor.Tensor
 	o.ffmpegOnly = true
 	return Decode(data, name, o)
 }
+
+// DecodeWholeJPEG decodes JPEGs whole before resizing and cropping, even
+// where Decode would decode only the window a crop needs.
+func DecodeWholeJPEG(data []byte, name string, o DecodeOptions) (*tensor.Tensor, error) {
+	o.wholeJPEG = true
+	return Decode(data, name, o)
+}

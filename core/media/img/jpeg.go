@@ -104,7 +104,11 @@ func pickScaling(p plan, h, w int) *scaling {
 // data with an end marker, then trips over it), so a failing JPEG that
 // does not end with its end-of-image marker counts as truncated.
 func jpegErr(h C.tjhandle, data []byte, when string) error {
-	msg := C.GoString(C.tjGetErrorStr2(h))
+	return jpegMsgErr(C.GoString(C.tjGetErrorStr2(h)), data, when)
+}
+
+// jpegMsgErr is jpegErr for a libjpeg message.
+func jpegMsgErr(msg string, data []byte, when string) error {
 	switch {
 	case strings.Contains(msg, "remature end") || strings.Contains(msg, "mpty input") || !endsWithEOI(data):
 		return fmt.Errorf("%w: JPEG data ends early, %s (libjpeg: %s)", ErrTruncated, when, msg)
@@ -148,13 +152,27 @@ func decodeJPEG(data []byte, o *DecodeOptions) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	sh, sw := H, W
+	sh, sw, sc := H, W, scaling{1, 1}
 	if s := pickScaling(p, H, W); s != nil {
-		sh, sw = s.scaled(H), s.scaled(W)
+		sh, sw, sc = s.scaled(H), s.scaled(W), *s
 		p.y = p.y.scaled(float64(sh) / float64(H))
 		p.x = p.x.scaled(float64(sw) / float64(W))
 	}
 	c := o.Mode.Channels()
+	// A crop needs only a window of the source: decode just that. A JPEG
+	// cut short goes the full-size way, which reads to the end and so
+	// reports the truncation whatever the window.
+	if o.Crop.Kind != CropNone && !o.wholeJPEG && endsWithEOI(data) {
+		y0, y1 := p.y.need(sh)
+		x0, x1 := p.x.need(sw)
+		if y1-y0 < sh || x1-x0 < sw {
+			t, err := decodeJPEGWindow(data, p, o.Mode, sc, sh, sw, y0, y1, x0, x1)
+			if err != errDecodeWhole {
+				ok = true // h only read the header
+				return t, err
+			}
+		}
+	}
 	pf := C.TJPF_RGB
 	switch o.Mode {
 	case BGR:
@@ -194,5 +212,7 @@ func endsWithEOI(data []byte) bool {
 }
 
 func isTruncation(h C.tjhandle) bool {
-	return strings.Contains(C.GoString(C.tjGetErrorStr2(h)), "remature end")
+	return isTruncationMsg(C.GoString(C.tjGetErrorStr2(h)))
 }
+
+func isTruncationMsg(msg string) bool { return strings.Contains(msg, "remature end") }
