@@ -21,41 +21,49 @@ import (
 // lossless, 12-bit) to FFmpeg's decoder.
 var errUseFFmpeg = errors.New("decode with FFmpeg")
 
-// handles is a free list of TurboJPEG decompressors. A tjhandle is not
-// safe for concurrent use, and holds libjpeg state worth reusing; unlike
-// a sync.Pool this list never drops a handle without tjDestroy. Each
-// goroutine decoding a JPEG takes one and puts it back.
-var handles struct {
-	mu   sync.Mutex
-	free []C.tjhandle
+// decoderPool keeps C decoder objects (TurboJPEG handles, libjpeg window
+// decoders) for reuse: they are costly to create and not safe for
+// concurrent use, so each decode takes one and puts it back. It keeps at
+// most 2*GOMAXPROCS and frees the rest.
+type decoderPool[T comparable] struct {
+	mu     sync.Mutex
+	free   []T
+	newFn  func() T // returns the zero T when out of memory
+	freeFn func(T)
 }
 
-func getHandle() (C.tjhandle, error) {
-	handles.mu.Lock()
-	if n := len(handles.free); n > 0 {
-		h := handles.free[n-1]
-		handles.free = handles.free[:n-1]
-		handles.mu.Unlock()
-		return h, nil
+func (p *decoderPool[T]) get() (T, error) {
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		d := p.free[n-1]
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		return d, nil
 	}
-	handles.mu.Unlock()
-	h := C.tjInitDecompress()
-	if h == nil {
-		return nil, errors.New("out of memory creating a JPEG decompressor")
+	p.mu.Unlock()
+	var zero T
+	d := p.newFn()
+	if d == zero {
+		return zero, errors.New("out of memory creating a JPEG decompressor")
 	}
-	return h, nil
+	return d, nil
 }
 
-func putHandle(h C.tjhandle) {
-	handles.mu.Lock()
-	if len(handles.free) < 2*runtime.GOMAXPROCS(0) {
-		handles.free = append(handles.free, h)
-		h = nil
+func (p *decoderPool[T]) put(d T) {
+	p.mu.Lock()
+	if len(p.free) < 2*runtime.GOMAXPROCS(0) {
+		p.free = append(p.free, d)
+		p.mu.Unlock()
+		return
 	}
-	handles.mu.Unlock()
-	if h != nil {
-		C.tjDestroy(h)
-	}
+	p.mu.Unlock()
+	p.freeFn(d)
+}
+
+// handles keeps TurboJPEG decompressors for the whole-image path.
+var handles = decoderPool[C.tjhandle]{
+	newFn:  func() C.tjhandle { return C.tjInitDecompress() },
+	freeFn: func(h C.tjhandle) { C.tjDestroy(h) },
 }
 
 // scaling is a libjpeg-turbo DCT scaling factor below 1.
@@ -122,7 +130,7 @@ func jpegMsgErr(msg string, data []byte, when string) error {
 // memory: into the output when no resampling is left after the DCT
 // scaling, otherwise into a scratch tensor that the plan resamples.
 func decodeJPEG(data []byte, o *DecodeOptions) (*tensor.Tensor, error) {
-	h, err := getHandle()
+	h, err := handles.get()
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +139,7 @@ func decodeJPEG(data []byte, o *DecodeOptions) (*tensor.Tensor, error) {
 	ok := false
 	defer func() {
 		if ok {
-			putHandle(h)
+			handles.put(h)
 		} else {
 			C.tjDestroy(h)
 		}

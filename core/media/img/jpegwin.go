@@ -10,8 +10,6 @@ import "C"
 import (
 	"errors"
 	"math"
-	"runtime"
-	"sync"
 	"unsafe"
 
 	"github.com/spdl-go/spdl-go/core/tensor"
@@ -53,35 +51,9 @@ var errDecodeWhole = errors.New("decode the whole JPEG")
 
 // windowDecoders is a free list of libjpeg decompressors for window
 // decodes, as handles is for TurboJPEG.
-var windowDecoders struct {
-	mu   sync.Mutex
-	free []*C.spdl_jpeg
-}
-
-func getWindowDecoder() (*C.spdl_jpeg, error) {
-	windowDecoders.mu.Lock()
-	if n := len(windowDecoders.free); n > 0 {
-		d := windowDecoders.free[n-1]
-		windowDecoders.free = windowDecoders.free[:n-1]
-		windowDecoders.mu.Unlock()
-		return d, nil
-	}
-	windowDecoders.mu.Unlock()
-	d := C.spdl_jpeg_new()
-	if d == nil {
-		return nil, errors.New("out of memory creating a JPEG decompressor")
-	}
-	return d, nil
-}
-
-func putWindowDecoder(d *C.spdl_jpeg) {
-	windowDecoders.mu.Lock()
-	if len(windowDecoders.free) < 2*runtime.GOMAXPROCS(0) {
-		windowDecoders.free = append(windowDecoders.free, d)
-		d = nil
-	}
-	windowDecoders.mu.Unlock()
-	C.spdl_jpeg_free(d) // no-op for nil
+var windowDecoders = decoderPool[*C.spdl_jpeg]{
+	newFn:  func() *C.spdl_jpeg { return C.spdl_jpeg_new() },
+	freeFn: func(d *C.spdl_jpeg) { C.spdl_jpeg_free(d) },
 }
 
 // decodeJPEGWindow decodes rows [y0, y1) and columns [x0, x1) (at least:
@@ -90,7 +62,7 @@ func putWindowDecoder(d *C.spdl_jpeg) {
 // on that window. A progressive JPEG fails with errDecodeWhole. Errors are those of the full-size decode: a fatal
 // libjpeg error, or a truncation warning, fails; other warnings do not.
 func decodeJPEGWindow(data []byte, p plan, mode Mode, s scaling, sh, sw, y0, y1, x0, x1 int) (*tensor.Tensor, error) {
-	d, err := getWindowDecoder()
+	d, err := windowDecoders.get()
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +70,7 @@ func decodeJPEGWindow(data []byte, p plan, mode Mode, s scaling, sh, sw, y0, y1,
 	stride := (x1 - x0 + iMCUSlack) * c
 	scratch, err := tensor.New(tensor.UInt8, int64(y1-y0), int64(x1-x0+iMCUSlack), int64(c))
 	if err != nil {
-		putWindowDecoder(d)
+		windowDecoders.put(d)
 		return nil, err
 	}
 	defer scratch.Release()
@@ -116,7 +88,7 @@ func decodeJPEGWindow(data []byte, p plan, mode Mode, s scaling, sh, sw, y0, y1,
 		// Like a TurboJPEG handle, a decompressor that failed is not reused.
 		C.spdl_jpeg_free(d)
 	} else {
-		putWindowDecoder(d)
+		windowDecoders.put(d)
 	}
 	switch {
 	case rc == C.SPDL_JPEG_CMYK:
