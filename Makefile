@@ -56,10 +56,13 @@ py-test:
 py-test-dev: build
 	PYTHONPATH=python $(PY) -m pytest -q python/tests
 
-## bench: engine overhead per item and per batch; image pipeline vs decode-only limit
+## bench: engine overhead per item and per batch; image pipeline vs decode-only
+## limit; side by side with torch DataLoader and SPDL (results in benchmarks/results/)
 bench: setup install
+	$(PY) -m pip install -q --disable-pip-version-check "spdl==0.8.0" tqdm matplotlib
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_overhead.py
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_image.py
+	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_compare.py --json $(CURDIR)/benchmarks/results/compare.json
 
 clean:
 	rm -rf build dist python/*.egg-info $(LIB) python/spdl_go/libspdl.h
