@@ -30,7 +30,10 @@
 // An epoch begins with Start (which calls Source.Open) and ends when Next
 // has returned ErrEndOfData or a fatal error, or with Stop; Start then
 // begins the next epoch on the same pipeline. Counters in Stats are per
-// epoch.
+// epoch. Stats also give each pipe stage's Op.Process latency percentiles
+// (p50/p90/p99, from a lock-free histogram), throughput and busy fraction,
+// and Stats.Bottleneck names the stage that limits throughput (the
+// consumer calling Next, the source, or a stage) from queue occupancies.
 //
 // # Failures
 //
@@ -94,7 +97,8 @@
 //	+ 3 pipes, c=4                1990 ns (+590 each)      676 ns (+175 each)
 //
 // The cost is mostly goroutines handing items to each other; larger queues
-// let them hand over in runs. Starting an epoch (New, Start, reading the
+// let them hand over in runs. Recording a pipe stage's latency histogram
+// costs about 4 ns per item (BenchmarkLatRecord). Starting an epoch (New, Start, reading the
 // end of an empty source, Stop, three stages) costs about 21 µs
 // (BenchmarkStartup).
 package pipeline

@@ -50,6 +50,7 @@ type epoch struct {
 	counters  []*stageCounters // [0] source, [i+1] stage i
 	failures  atomic.Int64     // over all stages
 	delivered atomic.Int64
+	sinkOcc   atomic.Int64 // sum of len(sink) sampled after each delivery
 	start     time.Time
 	elapsed   atomic.Int64 // set when finished
 
@@ -69,7 +70,8 @@ type stageCounters struct {
 
 type slot struct {
 	in, out, busy, active, occ atomic.Int64
-	_                          [24]byte // pad to a 64-byte cache line
+	lat                        *latHist // Op.Process durations
+	_                          [16]byte // pad to a 64-byte cache line
 }
 
 func newEpoch(p *Pipeline, parent context.Context, cancel context.CancelFunc) *epoch {
@@ -92,7 +94,13 @@ func newEpoch(p *Pipeline, parent context.Context, cancel context.CancelFunc) *e
 	ep.counters[0] = &stageCounters{slots: make([]slot, 1)}
 	for i, s := range p.stages {
 		// Pipe workers use slots [0, C); aggregate and disaggregate slot C.
-		ep.counters[i+1] = &stageCounters{slots: make([]slot, s.Concurrency+1)}
+		c := &stageCounters{slots: make([]slot, s.Concurrency+1)}
+		if s.Kind == KindPipe {
+			for w := range s.Concurrency {
+				c.slots[w].lat = new(latHist)
+			}
+		}
+		ep.counters[i+1] = c
 	}
 	if p.cfg.NumThreads > 0 {
 		ep.tokens = make(chan struct{}, p.cfg.NumThreads)
@@ -186,6 +194,7 @@ func (ep *epoch) take(v any, ok bool) (any, error) {
 			return nil, ep.haltErr()
 		}
 		ep.delivered.Add(1)
+		ep.sinkOcc.Add(int64(len(ep.sink)))
 		return v, nil
 	}
 	// The waiter closed the sink after every goroutine returned.
@@ -334,7 +343,9 @@ func (ep *epoch) call(s *stageInfo, c *stageCounters, sl *slot, v any) (out any,
 	sl.active.Add(1)
 	t0 := time.Now()
 	out, err := safeProcess(ep.ctx, s.Op, v)
-	sl.busy.Add(int64(time.Since(t0)))
+	d := time.Since(t0)
+	sl.busy.Add(int64(d))
+	sl.lat.record(d)
 	sl.active.Add(-1)
 	if ep.tokens != nil {
 		<-ep.tokens

@@ -1,6 +1,10 @@
 package pipeline
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
 
 // Stats is a snapshot of the current (or last) epoch, for logs and
 // dashboards. Counters are per epoch: Start begins them at zero.
@@ -35,6 +39,15 @@ type StageStats struct {
 	QueueLen           int     `json:"queue_len"`
 	QueueCap           int     `json:"queue_cap"`
 	QueueMeanOccupancy float64 `json:"queue_mean_occupancy"`
+
+	// Percentiles of the time one Op.Process call took (pipe stages only;
+	// zero before any item). Read from a log-spaced histogram with 8
+	// buckets per power of two: within 12.5% of the exact value.
+	LatencyP50Ns int64   `json:"latency_p50_ns"`
+	LatencyP90Ns int64   `json:"latency_p90_ns"`
+	LatencyP99Ns int64   `json:"latency_p99_ns"`
+	ItemsPerS    float64 `json:"items_per_s"`   // ItemsOut / elapsed
+	BusyFraction float64 `json:"busy_fraction"` // BusyNs / (elapsed * Concurrency), in [0, 1]
 }
 
 // SinkStats describe the prefetch buffer that Next reads.
@@ -42,6 +55,10 @@ type SinkStats struct {
 	Len       int   `json:"len"`
 	Cap       int   `json:"cap"`
 	Delivered int64 `json:"delivered"` // items returned by Next
+	// MeanOccupancy is the mean of len/cap of the buffer sampled just
+	// after each Next took an item. Near 1, the pipeline keeps the buffer
+	// full: the consumer calling Next is the bottleneck.
+	MeanOccupancy float64 `json:"mean_occupancy"`
 }
 
 func (ep *epoch) stats(st *Stats) {
@@ -54,8 +71,10 @@ func (ep *epoch) stats(st *Stats) {
 	if st.ElapsedNs == 0 {
 		st.ElapsedNs = int64(time.Since(ep.start))
 	}
+	var lat [latBuckets]int64
 	fill := func(dst *StageStats, c *stageCounters, q chan any) {
 		var sent, occ int64
+		lat = [latBuckets]int64{}
 		for i := range c.slots {
 			sl := &c.slots[i]
 			dst.ItemsIn += sl.in.Load()
@@ -63,6 +82,19 @@ func (ep *epoch) stats(st *Stats) {
 			dst.BusyNs += sl.busy.Load()
 			dst.Active += sl.active.Load()
 			occ += sl.occ.Load()
+			if sl.lat != nil {
+				for b := range sl.lat.n {
+					lat[b] += sl.lat.n[b].Load()
+				}
+			}
+		}
+		ps := quantiles(&lat, 0.5, 0.9, 0.99)
+		dst.LatencyP50Ns, dst.LatencyP90Ns, dst.LatencyP99Ns = ps[0], ps[1], ps[2]
+		if st.ElapsedNs > 0 {
+			dst.ItemsPerS = float64(sent) / (float64(st.ElapsedNs) / 1e9)
+			if dst.Concurrency > 0 {
+				dst.BusyFraction = min(1, max(0, float64(dst.BusyNs)/(float64(st.ElapsedNs)*float64(dst.Concurrency))))
+			}
 		}
 		dst.ItemsOut = sent
 		dst.Failures = c.failures.Load()
@@ -76,6 +108,9 @@ func (ep *epoch) stats(st *Stats) {
 		fill(&st.Stages[i], ep.counters[i+1], ep.queues[i+1])
 	}
 	st.Sink = SinkStats{Len: len(ep.sink), Cap: cap(ep.sink), Delivered: ep.delivered.Load()}
+	if d := st.Sink.Delivered; d > 0 && st.Sink.Cap > 0 {
+		st.Sink.MeanOccupancy = float64(ep.sinkOcc.Load()) / float64(d) / float64(st.Sink.Cap)
+	}
 	st.Failures = ep.failures.Load()
 	ep.recentMu.Lock()
 	n := min(ep.recentN, maxRecent)
@@ -83,4 +118,84 @@ func (ep *epoch) stats(st *Stats) {
 		st.RecentErrors = append(st.RecentErrors, ep.recent[i%maxRecent])
 	}
 	ep.recentMu.Unlock()
+}
+
+// Report names the stage that limits a pipeline's throughput.
+type Report struct {
+	Stage  string `json:"stage"` // "consumer", "source", a stage name, or "" if unclear
+	Reason string `json:"reason"`
+	Advice string `json:"advice"`
+}
+
+// Thresholds of Bottleneck: a queue is mostly full above full, mostly
+// empty below empty; a worker is saturated above saturated.
+const (
+	full      = 0.5
+	empty     = 0.5
+	saturated = 0.8
+)
+
+// Bottleneck reads the queue occupancies and busy fractions and names the
+// stage that limits throughput. A full sink buffer means the consumer
+// (the loop calling Next) is slowest. Otherwise the limiting stage is the
+// one whose input queue is mostly full and output queue mostly empty;
+// if every queue is mostly empty, the source is.
+//
+// Stats also carries the report in its JSON, as "bottleneck".
+func (s Stats) Bottleneck() Report {
+	if s.Sink.Delivered == 0 {
+		return Report{Reason: "no item delivered yet"}
+	}
+	if o := s.Sink.MeanOccupancy; o >= full {
+		return Report{
+			Stage:  "consumer",
+			Reason: fmt.Sprintf("the prefetch buffer is %.0f%% full on average when Next takes an item", o*100),
+			Advice: "the pipeline is faster than the code calling Next (the training loop); speeding up the pipeline will not help",
+		}
+	}
+	in := s.Source.QueueMeanOccupancy
+	best, bestGap := -1, 0.0
+	for i, st := range s.Stages {
+		out := st.QueueMeanOccupancy
+		if i == len(s.Stages)-1 {
+			out = s.Sink.MeanOccupancy
+		}
+		if in >= full && out < empty && in-out > bestGap {
+			best, bestGap = i, in-out
+		}
+		in = st.QueueMeanOccupancy
+	}
+	if best >= 0 {
+		st := s.Stages[best]
+		r := Report{
+			Stage:  st.Name,
+			Reason: fmt.Sprintf("its input queue is mostly full and its output mostly empty; its %d worker(s) are busy %.0f%% of the time", st.Concurrency, st.BusyFraction*100),
+		}
+		switch {
+		case st.Kind != KindPipe.String():
+			r.Advice = "this stage runs in one goroutine; make its work cheaper"
+		case st.BusyFraction >= saturated:
+			r.Advice = fmt.Sprintf("raise its concurrency (now %d) if CPU allows, or make its op faster", st.Concurrency)
+		default:
+			r.Advice = "its workers are often idle while items wait: they are held back by something else (the NumThreads cap, a lock, the GIL); raise NumThreads or release the lock"
+		}
+		return r
+	}
+	if s.Source.QueueMeanOccupancy < empty {
+		return Report{
+			Stage:  "source",
+			Reason: fmt.Sprintf("the source's output queue is %.0f%% full on average and every later queue is mostly empty", s.Source.QueueMeanOccupancy*100),
+			Advice: "make the source yield faster (read ahead, shard it, or move work out of it into a concurrent pipe stage)",
+		}
+	}
+	return Report{Reason: "no single stage stands out"}
+}
+
+// MarshalJSON writes the fields of s and its Bottleneck report.
+func (s Stats) MarshalJSON() ([]byte, error) {
+	type plain Stats // without this method
+	return json.Marshal(struct {
+		plain
+		Bottleneck Report `json:"bottleneck"`
+	}{plain(s), s.Bottleneck()})
 }

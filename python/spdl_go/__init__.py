@@ -13,12 +13,13 @@ Example:
 from . import media, ops, sources
 from ._buffers import ArrowArray, Tensor
 from ._lib import LIB as _LIB
-from .pipeline import Pipeline, PipelineBuilder, PipelineError, PipelineStats, StageStats
+from .pipeline import Bottleneck, Pipeline, PipelineBuilder, PipelineError, PipelineStats, StageStats
 
 __version__ = _LIB.spdl_version().decode()
 
 __all__ = [
     "ArrowArray",
+    "Bottleneck",
     "Pipeline",
     "PipelineBuilder",
     "PipelineError",

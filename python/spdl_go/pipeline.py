@@ -39,7 +39,7 @@ from . import _codec, _lib
 from .ops import NativeOp
 from .sources import NativeSource
 
-__all__ = ["Pipeline", "PipelineBuilder", "PipelineError", "PipelineStats", "StageStats"]
+__all__ = ["Bottleneck", "Pipeline", "PipelineBuilder", "PipelineError", "PipelineStats", "StageStats"]
 
 
 class PipelineError(RuntimeError):
@@ -214,6 +214,14 @@ class StageStats:
     queue_len: int
     queue_cap: int
     queue_mean_occupancy: float
+    latency_p50_s: float = 0.0
+    """Median time of one op call (pipe stages; within 12.5%)."""
+    latency_p90_s: float = 0.0
+    latency_p99_s: float = 0.0
+    items_per_s: float = 0.0
+    """Items out per second of the epoch's elapsed time."""
+    busy_fraction: float = 0.0
+    """Busy time over elapsed time times concurrency, in [0, 1]."""
 
     @classmethod
     def _from(cls, d: dict[str, Any]) -> "StageStats":
@@ -229,7 +237,26 @@ class StageStats:
             queue_len=int(d.get("queue_len", 0)),
             queue_cap=int(d.get("queue_cap", 0)),
             queue_mean_occupancy=float(d.get("queue_mean_occupancy", 0.0)),
+            latency_p50_s=int(d.get("latency_p50_ns", 0)) / 1e9,
+            latency_p90_s=int(d.get("latency_p90_ns", 0)) / 1e9,
+            latency_p99_s=int(d.get("latency_p99_ns", 0)) / 1e9,
+            items_per_s=float(d.get("items_per_s", 0.0)),
+            busy_fraction=float(d.get("busy_fraction", 0.0)),
         )
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """The stage that limits throughput, as the engine judges it."""
+
+    stage: str
+    """``"consumer"`` (the loop reading the pipeline), ``"source"``, a stage name, or ``""`` if unclear."""
+    reason: str
+    advice: str
+
+    @classmethod
+    def _from(cls, d: dict[str, Any]) -> "Bottleneck":
+        return cls(stage=d.get("stage", ""), reason=d.get("reason", ""), advice=d.get("advice", ""))
 
 
 @dataclass(frozen=True)
@@ -247,6 +274,8 @@ class PipelineStats:
     failures: int
     error: str
     recent_errors: list[str] = field(default_factory=list)
+    bottleneck: Bottleneck = field(default_factory=lambda: Bottleneck("", "", ""))
+    sink_mean_occupancy: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -264,6 +293,8 @@ class PipelineStats:
             failures=int(d.get("failures", 0)),
             error=d.get("error", "") or "",
             recent_errors=list(d.get("recent_errors") or []),
+            bottleneck=Bottleneck._from(d.get("bottleneck") or {}),
+            sink_mean_occupancy=float(sink.get("mean_occupancy", 0.0)),
             raw=d,
         )
 
@@ -273,14 +304,21 @@ class PipelineStats:
         lines = [
             f"epoch {self.epoch} ({self.state}): {self.delivered} items delivered in {self.elapsed_s:.3f}s "
             f"({rate(self.delivered):,.0f}/s), {self.failures} failures",
-            f"  {'stage':<24}{'conc':>5}{'in':>10}{'out':>10}{'fail':>6}{'busy s':>9}{'queue':>9}",
+            f"  {'stage':<24}{'conc':>5}{'in':>10}{'out':>10}{'fail':>6}{'busy s':>9}{'busy':>6}{'queue':>7}"
+            f"{'p50 ms':>9}{'p99 ms':>9}",
         ]
         for s in [self.source, *self.stages]:
             lines.append(
                 f"  {s.name:<24}{s.concurrency:>5}{s.items_in:>10}{s.items_out:>10}{s.failures:>6}"
-                f"{s.busy_s:>9.3f}{s.queue_mean_occupancy:>9.0%}"
+                f"{s.busy_s:>9.3f}{s.busy_fraction:>6.0%}{s.queue_mean_occupancy:>7.0%}"
+                f"{s.latency_p50_s * 1e3:>9.2f}{s.latency_p99_s * 1e3:>9.2f}"
             )
-        lines.append(f"  sink buffer {self.sink_len}/{self.sink_cap}")
+        lines.append(f"  sink buffer {self.sink_len}/{self.sink_cap} (mean {self.sink_mean_occupancy:.0%} full)")
+        b = self.bottleneck
+        if b.stage:
+            lines.append(f"  bottleneck: {b.stage}: {b.reason}; {b.advice}")
+        elif b.reason:
+            lines.append(f"  bottleneck: {b.reason}")
         return "\n".join(lines)
 
 

@@ -329,6 +329,24 @@ def test_native_source_and_stats(no_leaks):
     p.close()
 
 
+def test_latency_and_bottleneck(no_leaks):
+    def slow(x):
+        time.sleep(0.02)
+        return x
+
+    p = build(range(20), pipe(lambda x: x, name="fast"), pipe(slow, name="slow"), pipe(lambda x: x, name="after"))
+    assert sorted(p) == list(range(20))
+    st = p.stats()
+    s = st.stages[1]
+    assert s.name == "slow"
+    assert 0.015 <= s.latency_p50_s <= 0.040, st.format()
+    assert s.latency_p50_s <= s.latency_p90_s <= s.latency_p99_s
+    assert 0 < s.busy_fraction <= 1 and s.items_per_s > 0
+    assert st.bottleneck.stage == "slow", st.format()
+    assert st.bottleneck.advice and "bottleneck: slow" in st.format()
+    p.close()
+
+
 @pytest.mark.parametrize(
     "make,exc,match",
     [

@@ -1,0 +1,134 @@
+package pipeline_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spdl-go/spdl-go/core/pipeline"
+)
+
+// sleepOp sleeps slow for items where isSlow(item), else returns at once.
+func sleepOp(slow time.Duration, isSlow func(int64) bool) pipeline.Op {
+	return pipeline.OpFunc(func(_ context.Context, in any) (any, error) {
+		if isSlow(in.(int64)) {
+			time.Sleep(slow)
+		}
+		return in, nil
+	})
+}
+
+func TestLatencyPercentiles(t *testing.T) {
+	const d = 5 * time.Millisecond
+	always := func(int64) bool { return true }
+	tenth := func(i int64) bool { return i%10 == 9 }
+	for _, c := range []struct {
+		name     string
+		n        int64
+		op       pipeline.Op
+		p50, p99 [2]time.Duration // [lo, hi]
+	}{
+		// A bucket spans 1/8 of its power of two; sleeps overshoot a little.
+		{"fixed", 40, sleepOp(d, always), [2]time.Duration{d * 7 / 8, d * 5 / 4}, [2]time.Duration{d * 7 / 8, 4 * d}},
+		{"90% fast 10% slow", 100, sleepOp(d, tenth), [2]time.Duration{0, 200 * time.Microsecond}, [2]time.Duration{d * 7 / 8, 4 * d}},
+		{"zero items", 0, sleepOp(d, always), [2]time.Duration{0, 0}, [2]time.Duration{0, 0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err, st := runAll(t, pipeline.Config{
+				Source:    pipeline.Range(0, c.n, 1),
+				Stages:    []pipeline.StageConfig{{Name: "op", Op: c.op, Concurrency: 2}},
+				QueueSize: 4, BufferSize: 4,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := st.Stages[0]
+			for _, q := range []struct {
+				name   string
+				got    int64
+				lo, hi time.Duration
+			}{{"p50", s.LatencyP50Ns, c.p50[0], c.p50[1]}, {"p99", s.LatencyP99Ns, c.p99[0], c.p99[1]}} {
+				if time.Duration(q.got) < q.lo || time.Duration(q.got) > q.hi {
+					t.Errorf("%s = %v, want in [%v, %v]", q.name, time.Duration(q.got), q.lo, q.hi)
+				}
+			}
+			if s.LatencyP50Ns > s.LatencyP90Ns || s.LatencyP90Ns > s.LatencyP99Ns {
+				t.Errorf("percentiles out of order: %d %d %d", s.LatencyP50Ns, s.LatencyP90Ns, s.LatencyP99Ns)
+			}
+			if s.BusyFraction < 0 || s.BusyFraction > 1 {
+				t.Errorf("busy fraction %v out of [0, 1]", s.BusyFraction)
+			}
+			if c.n == 0 && (s.ItemsPerS != 0 || s.BusyFraction != 0) {
+				t.Errorf("zero items: items/s %v busy %v", s.ItemsPerS, s.BusyFraction)
+			}
+			if c.n > 0 && s.ItemsPerS <= 0 {
+				t.Errorf("items/s = %v", s.ItemsPerS)
+			}
+		})
+	}
+}
+
+func TestBottleneck(t *testing.T) {
+	const d = 2 * time.Millisecond
+	const n = 60
+	slowSource := funcSource(func(_ context.Context, i int) (any, error) {
+		if i >= n {
+			return nil, io.EOF
+		}
+		time.Sleep(d)
+		return int64(i), nil
+	})
+	id := pipeline.OpFunc(identity)
+	slow := sleepOp(d, func(int64) bool { return true })
+	for _, c := range []struct {
+		name     string
+		src      pipeline.Source
+		stages   []pipeline.StageConfig
+		nextWait time.Duration // the consumer's time per item
+		want     string
+	}{
+		{"slow consumer", pipeline.Range(0, n, 1), []pipeline.StageConfig{{Name: "a", Op: id}}, d, "consumer"},
+		{"slow middle stage", pipeline.Range(0, n, 1), []pipeline.StageConfig{{Name: "a", Op: id}, {Name: "slow", Op: slow}, {Name: "b", Op: id}}, 0, "slow"},
+		{"slow source", slowSource, []pipeline.StageConfig{{Name: "a", Op: id}, {Name: "b", Op: id}}, 0, "source"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := mustNew(t, pipeline.Config{Source: c.src, Stages: c.stages, QueueSize: 4, BufferSize: 4})
+			if err := p.Start(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			for {
+				if _, err := p.Next(ctx, -1); err != nil {
+					if err != pipeline.ErrEndOfData {
+						t.Fatal(err)
+					}
+					break
+				}
+				time.Sleep(c.nextWait)
+			}
+			st := p.Stats()
+			if err := p.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			goleak.VerifyNone(t)
+			r := st.Bottleneck()
+			if r.Stage != c.want || r.Reason == "" || r.Advice == "" {
+				b, _ := json.MarshalIndent(st, "", " ")
+				t.Errorf("bottleneck %+v, want stage %q; stats %s", r, c.want, b)
+			}
+			b, err := json.Marshal(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), `"bottleneck":{"stage":"`+c.want+`"`) {
+				t.Errorf("JSON lacks the bottleneck: %s", b)
+			}
+		})
+	}
+}
