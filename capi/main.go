@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"runtime/cgo"
 	"runtime/debug"
 	"sync"
@@ -261,6 +262,39 @@ func spdl_pipeline_stats(h C.uint64_t, outJSON **C.char, errOut **C.char) (rc C.
 	})
 	if err != nil {
 		setErr(errOut, err)
+		return C.SPDL_ERROR
+	}
+	return C.SPDL_OK
+}
+
+//export spdl_pipeline_trace_start
+func spdl_pipeline_trace_start(h C.uint64_t, maxSpans C.int64_t, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	if err := withPipeline(h, func(p *pipeline.Pipeline) error { return p.StartTrace(int(maxSpans)) }); err != nil {
+		setErr(errOut, err)
+		return C.SPDL_ERROR
+	}
+	return C.SPDL_OK
+}
+
+//export spdl_pipeline_trace_write
+func spdl_pipeline_trace_write(h C.uint64_t, path *C.char, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	name := C.GoString(path)
+	err := withPipeline(h, func(p *pipeline.Pipeline) error {
+		p.StopTrace()
+		f, err := os.Create(name)
+		if err != nil {
+			return err
+		}
+		if err := p.WriteTrace(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	})
+	if err != nil {
+		setErr(errOut, fmt.Errorf("writing trace %q: %w", name, err))
 		return C.SPDL_ERROR
 	}
 	return C.SPDL_OK

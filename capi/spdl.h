@@ -108,6 +108,15 @@ int spdl_pipeline_stop(uint64_t pipeline, char **err);
 int spdl_pipeline_stats(uint64_t pipeline, char **out_json, char **err);
 int spdl_pipeline_free(uint64_t pipeline, int wait, char **err);
 
+/* Tracing for the Chrome / Perfetto trace viewer.
+ * spdl_pipeline_trace_start: record the next max_spans op calls of every
+ *   pipe stage (start, duration, stage, worker, failed); replaces a trace
+ *   in progress.
+ * spdl_pipeline_trace_write: stop recording and write the spans to path as
+ *   Trace Event Format JSON (opens in ui.perfetto.dev). */
+int spdl_pipeline_trace_start(uint64_t pipeline, int64_t max_spans, char **err);
+int spdl_pipeline_trace_write(uint64_t pipeline, const char *path, char **err);
+
 /* ---- Tensors (core/tensor/tensor.h) ----
  * A spdl_tensor is a refcounted block of C memory (or an adopted foreign
  * DLPack tensor) with its DLTensor view. Wire tag 'D' moves one reference.

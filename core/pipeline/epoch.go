@@ -71,7 +71,8 @@ type stageCounters struct {
 type slot struct {
 	in, out, busy, active, occ atomic.Int64
 	lat                        *latHist // Op.Process durations
-	_                          [16]byte // pad to a 64-byte cache line
+	stage, worker              int32    // where this slot is, for traces
+	_                          [8]byte  // pad to a 64-byte cache line
 }
 
 func newEpoch(p *Pipeline, parent context.Context, cancel context.CancelFunc) *epoch {
@@ -95,6 +96,9 @@ func newEpoch(p *Pipeline, parent context.Context, cancel context.CancelFunc) *e
 	for i, s := range p.stages {
 		// Pipe workers use slots [0, C); aggregate and disaggregate slot C.
 		c := &stageCounters{slots: make([]slot, s.Concurrency+1)}
+		for w := range c.slots {
+			c.slots[w].stage, c.slots[w].worker = int32(i), int32(w)
+		}
 		if s.Kind == KindPipe {
 			for w := range s.Concurrency {
 				c.slots[w].lat = new(latHist)
@@ -346,6 +350,9 @@ func (ep *epoch) call(s *stageInfo, c *stageCounters, sl *slot, v any) (out any,
 	d := time.Since(t0)
 	sl.busy.Add(int64(d))
 	sl.lat.record(d)
+	if tr := ep.p.trace.Load(); tr != nil {
+		tr.add(sl, t0, d, err != nil)
+	}
 	sl.active.Add(-1)
 	if ep.tokens != nil {
 		<-ep.tokens

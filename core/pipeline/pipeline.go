@@ -139,9 +139,11 @@ type Pipeline struct {
 	cfg    Config      // normalized copy
 	stages []stageInfo // static, from New
 
-	mu     sync.Mutex // serialises Start and Stop
-	cur    atomic.Pointer[epoch]
-	epochs atomic.Int64
+	mu        sync.Mutex // serialises Start and Stop
+	cur       atomic.Pointer[epoch]
+	epochs    atomic.Int64
+	trace     atomic.Pointer[trace] // non-nil while spans are recorded
+	lastTrace atomic.Pointer[trace] // the last stopped trace
 }
 
 // stageInfo is what New derives from a StageConfig.

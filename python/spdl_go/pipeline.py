@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import inspect
 import json
+import os
 import reprlib
 import threading
 import traceback
@@ -487,6 +488,29 @@ class Pipeline:
         if _lib.LIB.spdl_pipeline_stats(self._h(), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
             raise RuntimeError(_lib.take_string(err.value))
         return PipelineStats._from(json.loads(_lib.take_string(out.value)))
+
+    def start_trace(self, max_spans: int = 100_000) -> None:
+        """Records the next ``max_spans`` op calls of every stage (start,
+        duration, worker, failure) for ``write_trace``. Cheap enough to
+        leave on for a window of a real run.
+        """
+        err = ctypes.c_void_p()
+        if _lib.LIB.spdl_pipeline_trace_start(self._h(), int(max_spans), ctypes.byref(err)) != _lib.SPDL_OK:
+            raise ValueError(_lib.take_string(err.value))
+
+    def write_trace(self, path: str | os.PathLike[str]) -> None:
+        """Stops recording and writes the trace as Chrome/Perfetto JSON:
+        open it in https://ui.perfetto.dev to see each stage's workers on
+        a timeline.
+
+        Example:
+            >>> pipeline.start_trace()
+            >>> for batch in pipeline: ...
+            >>> pipeline.write_trace("loader.trace.json")
+        """
+        err = ctypes.c_void_p()
+        if _lib.LIB.spdl_pipeline_trace_write(self._h(), os.fsencode(path), ctypes.byref(err)) != _lib.SPDL_OK:
+            raise OSError(_lib.take_string(err.value))
 
     def close(self) -> None:
         """Stops the pipeline, waits for its threads, and frees it; the

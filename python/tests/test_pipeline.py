@@ -389,3 +389,29 @@ def test_pipelines_from_several_threads(no_leaks):
 
 def test_version():
     assert spdl_go.__version__ == "0.1.0"
+
+
+def test_trace_export(tmp_path):
+    import json
+
+    def work(x):
+        time.sleep(0.002)
+        return x
+
+    p = build(range(30), pipe(work, concurrency=2, name="work"), pipe(ops.identity(), name="ident"))
+    p.start_trace(max_spans=1000)
+    assert sorted(p) == list(range(30))
+    out = tmp_path / "t.json"
+    p.write_trace(out)
+    p.close()
+    trace = json.loads(out.read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert sum(e["name"] == "work" for e in spans) == 30
+    assert sum(e["name"] == "ident" for e in spans) == 30
+    for e in spans:
+        assert {"name", "ph", "ts", "dur", "pid", "tid"} <= e.keys()
+        assert e["ts"] >= 0 and e["dur"] >= 0
+        assert names[e["tid"]].startswith(e["name"] + " #")
+    assert min(e["dur"] for e in spans if e["name"] == "work") >= 1500  # µs
+    assert sum(1 for n in names.values() if n.startswith("handoff")) == 1
