@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import inspect
 import json
+import logging
 import os
 import reprlib
 import threading
@@ -324,6 +325,7 @@ class PipelineStats:
 
 
 # ---- pipeline ----------------------------------------------------------------
+_logger = logging.getLogger("spdl_go")
 _live: "weakref.WeakSet[Pipeline]" = weakref.WeakSet()
 _tls = threading.local()  # per-thread out-arguments for spdl_pipeline_next
 
@@ -351,12 +353,21 @@ class Pipeline:
     # How long one blocking call into Go may last, so Ctrl-C is noticed.
     _POLL_S = 0.1
 
-    def __init__(self, spec: dict[str, Any], sources: list[int], functions: list[int]) -> None:
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        sources: list[int],
+        functions: list[int],
+        report_interval: float | None = None,
+    ) -> None:
         self._source_ids = sources
         self._function_ids = functions
         self._handle = 0
         self._lock = threading.Lock()
         self._running = False
+        self._report_interval = report_interval
+        self._reporter: threading.Thread | None = None
+        self._closed = threading.Event()
         _lib.check_fork()
         data = json.dumps(spec).encode()
         handle = ctypes.c_uint64()
@@ -396,6 +407,12 @@ class Pipeline:
             if _lib.LIB.spdl_pipeline_start(h, ctypes.byref(err)) != _lib.SPDL_OK:
                 raise RuntimeError(_lib.take_string(err.value))
             self._running = True
+            if self._report_interval and self._reporter is None:
+                self._reporter = threading.Thread(
+                    target=self._report, args=(weakref.ref(self), self._report_interval, self._closed),
+                    name="spdl_go-stats", daemon=True,
+                )
+                self._reporter.start()
 
     def stop(self) -> None:
         """Stops the running epoch and waits for its threads. Safe to call
@@ -512,12 +529,25 @@ class Pipeline:
         if _lib.LIB.spdl_pipeline_trace_write(self._h(), os.fsencode(path), ctypes.byref(err)) != _lib.SPDL_OK:
             raise OSError(_lib.take_string(err.value))
 
+    @staticmethod
+    def _report(ref: "weakref.ref[Pipeline]", interval: float, closed: threading.Event) -> None:
+        # Holds the pipeline only weakly, so it can still be collected.
+        while not closed.wait(interval):
+            p = ref()
+            if p is None:
+                return
+            if p._running:
+                with contextlib.suppress(Exception):
+                    _logger.info("%s", p.stats().format())
+            del p
+
     def close(self) -> None:
         """Stops the pipeline, waits for its threads, and frees it; the
         object is unusable afterwards."""
         self._close(wait=True)
 
     def _close(self, *, wait: bool) -> None:
+        self._closed.set()
         h, self._handle = self._handle, 0
         if h:
             _live.discard(self)
@@ -648,6 +678,7 @@ class PipelineBuilder:
         num_threads: int | None = None,
         max_failures: int = -1,
         queue_size: int | None = None,
+        report_interval: float | None = None,
     ) -> Pipeline:
         """Builds the pipeline (it starts on first iteration or ``start()``).
 
@@ -657,6 +688,9 @@ class PipelineBuilder:
             max_failures: Items the whole pipeline may fail before it fails;
                 -1 means no limit.
             queue_size: Capacity of the queue between two stages.
+            report_interval: If set, log ``stats().format()`` (logger
+                "spdl_go", level INFO) every this many seconds while an
+                epoch runs.
         """
         if self._source is None:
             raise ValueError("build: add_source was not called")
@@ -693,4 +727,6 @@ class PipelineBuilder:
             _functions[fid] = _PyStage(fn, _make_encoder(splits, native), is_async)
             function_ids.append(fid)
             s["op"]["id"] = fid
-        return Pipeline(spec, source_ids, function_ids)
+        if report_interval is not None and not report_interval > 0:
+            raise ValueError(f"build: report_interval must be > 0 seconds or None, got {report_interval!r}")
+        return Pipeline(spec, source_ids, function_ids, report_interval)

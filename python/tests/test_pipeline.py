@@ -415,3 +415,21 @@ def test_trace_export(tmp_path):
         assert names[e["tid"]].startswith(e["name"] + " #")
     assert min(e["dur"] for e in spans if e["name"] == "work") >= 1500  # µs
     assert sum(1 for n in names.values() if n.startswith("handoff")) == 1
+
+
+def test_periodic_report_logs_stats(caplog):
+    import logging
+
+    def slow(x):
+        time.sleep(0.02)
+        return x
+
+    p = build(range(20), pipe(slow, name="slow"), report_interval=0.1)
+    with caplog.at_level(logging.INFO, logger="spdl_go"):
+        assert sorted(p) == list(range(20))
+    p.close()
+    reports = [r.getMessage() for r in caplog.records if r.name == "spdl_go"]
+    assert len(reports) >= 2, reports
+    assert all("slow" in r and "bottleneck" in r for r in reports)
+    with pytest.raises(ValueError, match="report_interval"):
+        PipelineBuilder().add_source([1]).build(report_interval=0)
