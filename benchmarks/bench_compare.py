@@ -132,22 +132,9 @@ def cpu_seconds() -> float:
 
 
 def spdl_go_loader(items, threads: int):
-    from bench_image import to_array
-    from spdl_go import PipelineBuilder, ops
+    from bench_image import image_pipeline, to_array
 
-    p = (
-        PipelineBuilder()
-        .add_source(items)
-        .pipe(
-            ops.decode_image(short_side=256, crop="center", crop_size=(224, 224)),
-            concurrency=threads,
-            name="decode",
-        )
-        .aggregate(BATCH)
-        .pipe(ops.collate(numbers="tensor"), name="collate")
-        .add_sink(buffer_size=4)
-        .build(num_threads=threads + 1)
-    )
+    p = image_pipeline(items, threads, batch=BATCH)
     try:
         for images, labels in p:
             yield to_array(images), to_array(labels)

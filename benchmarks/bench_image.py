@@ -64,21 +64,27 @@ def to_array(t):
         return np.from_dlpack(t)
 
 
+def image_pipeline(items, threads: int, batch: int = 32):
+    """The benchmarked spdl-go pipeline: (path, label) -> decode JPEG with a
+    fused resize (short side 256) and center crop 224 -> batch -> collate."""
+    return (
+        PipelineBuilder()
+        .add_source(items)
+        .pipe(
+            ops.decode_image(short_side=256, crop="center", crop_size=(224, 224)),
+            concurrency=threads,
+            name="decode",
+        )
+        .aggregate(batch)
+        .pipe(ops.collate(numbers="tensor"), name="collate")
+        .add_sink(buffer_size=4)
+        .build(num_threads=threads + 1)
+    )
+
+
 def spdl_go_pipeline(items, threads: int):
     def run() -> int:
-        p = (
-            PipelineBuilder()
-            .add_source(items)
-            .pipe(
-                ops.decode_image(short_side=256, crop="center", crop_size=(224, 224)),
-                concurrency=threads,
-                name="decode",
-            )
-            .aggregate(32)
-            .pipe(ops.collate(numbers="tensor"), name="collate")
-            .add_sink(buffer_size=4)
-            .build(num_threads=threads + 1)
-        )
+        p = image_pipeline(items, threads)
         n = 0
         for images, labels in p:
             x, y = to_array(images), to_array(labels)
