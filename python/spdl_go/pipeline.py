@@ -560,9 +560,13 @@ class Pipeline:
 
     def __del__(self) -> None:
         # Finalisers can run on one of this pipeline's own callback threads,
-        # so do not wait for them here.
-        with contextlib.suppress(Exception):
-            self._close(wait=False)
+        # so do not wait for them here. At interpreter exit module globals
+        # may already be gone: a closed pipeline touches none of them.
+        if getattr(self, "_handle", 0):
+            try:
+                self._close(wait=False)
+            except Exception:  # noqa: BLE001 - nothing to report to in a finaliser
+                pass
 
     def __enter__(self) -> "Pipeline":
         return self
