@@ -130,6 +130,11 @@ func jpegMsgErr(msg string, data []byte, when string) error {
 // memory: into the output when no resampling is left after the DCT
 // scaling, otherwise into a scratch tensor that the plan resamples.
 func decodeJPEG(data []byte, o *DecodeOptions) (*tensor.Tensor, error) {
+	// TurboJPEG 2.1 keeps warning messages in a thread-local buffer that
+	// tjGetErrorStr2 reads: the decode and the read of its message must
+	// happen on one OS thread, or a truncation can go unnoticed.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	h, err := handles.get()
 	if err != nil {
 		return nil, err
