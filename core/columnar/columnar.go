@@ -113,44 +113,16 @@ func FromValues(vals []any) (arrow.Array, error) {
 	large := textBytes > math.MaxInt32
 	switch k {
 	case kInt:
-		b := array.NewInt64Builder(Allocator)
-		defer b.Release()
-		b.Reserve(len(vals))
-		for _, v := range vals {
-			if v == nil {
-				b.AppendNull()
-			} else {
-				b.UnsafeAppend(v.(int64))
-			}
-		}
-		return b.NewArray(), nil
+		return appendAll(array.NewInt64Builder(Allocator), vals, func(v any) int64 { return v.(int64) }), nil
 	case kFloat:
-		b := array.NewFloat64Builder(Allocator)
-		defer b.Release()
-		b.Reserve(len(vals))
-		for _, v := range vals {
-			switch x := v.(type) {
-			case nil:
-				b.AppendNull()
-			case int64:
-				b.UnsafeAppend(float64(x))
-			case float64:
-				b.UnsafeAppend(x)
+		return appendAll(array.NewFloat64Builder(Allocator), vals, func(v any) float64 {
+			if n, ok := v.(int64); ok {
+				return float64(n) // ints mixed with floats
 			}
-		}
-		return b.NewArray(), nil
+			return v.(float64)
+		}), nil
 	case kBool:
-		b := array.NewBooleanBuilder(Allocator)
-		defer b.Release()
-		b.Reserve(len(vals))
-		for _, v := range vals {
-			if v == nil {
-				b.AppendNull()
-			} else {
-				b.UnsafeAppend(v.(bool))
-			}
-		}
-		return b.NewArray(), nil
+		return appendAll(array.NewBooleanBuilder(Allocator), vals, func(v any) bool { return v.(bool) }), nil
 	case kString, kBytes:
 		var dt arrow.BinaryDataType
 		switch {
@@ -180,4 +152,29 @@ func FromValues(vals []any) (arrow.Array, error) {
 		return b.NewArray(), nil
 	}
 	return array.NewNull(len(vals)), nil
+}
+
+// fixedBuilder is what appendAll needs of an arrow-go builder of
+// fixed-width values.
+type fixedBuilder[T any] interface {
+	Reserve(int)
+	AppendNull()
+	UnsafeAppend(T)
+	NewArray() arrow.Array
+	Release()
+}
+
+// appendAll builds one array from vals (nil is null), converting each
+// value with conv, and releases the builder.
+func appendAll[T any](b fixedBuilder[T], vals []any, conv func(any) T) arrow.Array {
+	defer b.Release()
+	b.Reserve(len(vals))
+	for _, v := range vals {
+		if v == nil {
+			b.AppendNull()
+		} else {
+			b.UnsafeAppend(conv(v))
+		}
+	}
+	return b.NewArray()
 }
