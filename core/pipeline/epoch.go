@@ -66,6 +66,39 @@ const maxRecent = 16
 type stageCounters struct {
 	slots    []slot
 	failures atomic.Int64
+
+	// Pipe stages: the last worker to return closes workersDone (and the
+	// stage's output, unless the waiter owns it).
+	remaining   atomic.Int32
+	workersDone chan struct{}
+	gate        chan struct{} // AutoConcurrency stages; see autotune.go
+	onDone      func()        // called after workersDone is closed; may be nil
+}
+
+// workerExit is deferred by every pipe worker.
+func (c *stageCounters) workerExit(out chan<- any, closeOut bool) {
+	if c.remaining.Add(-1) == 0 {
+		if closeOut {
+			close(out)
+		}
+		close(c.workersDone)
+		if c.onDone != nil {
+			c.onDone()
+		}
+	}
+}
+
+// enter takes a gate token (auto stages) before a worker takes an item;
+// false if the epoch was cancelled first.
+func (c *stageCounters) enter(done <-chan struct{}) bool {
+	return c.gate == nil || send(c.gate, struct{}{}, done)
+}
+
+// leave gives the token back once the item has left the worker.
+func (c *stageCounters) leave() {
+	if c.gate != nil {
+		<-c.gate
+	}
 }
 
 type slot struct {
@@ -95,7 +128,8 @@ func newEpoch(p *Pipeline, parent context.Context, cancel context.CancelFunc) *e
 	ep.counters[0] = &stageCounters{slots: make([]slot, 1)}
 	for i, s := range p.stages {
 		// Pipe workers use slots [0, C); aggregate and disaggregate slot C.
-		c := &stageCounters{slots: make([]slot, s.Concurrency+1)}
+		c := &stageCounters{slots: make([]slot, s.Concurrency+1), workersDone: make(chan struct{})}
+		c.remaining.Store(int32(s.Concurrency))
 		for w := range c.slots {
 			c.slots[w].stage, c.slots[w].worker = int32(i), int32(w)
 		}
@@ -118,6 +152,29 @@ func (ep *epoch) launch(it Iterator) {
 	g, ctx := errgroup.WithContext(ep.parent)
 	ep.ctx, ep.done = ctx, ctx.Done()
 	last := len(ep.p.stages) - 1
+	var auto []*autoWindow
+	for i := range ep.p.stages {
+		if t := ep.p.stages[i].tuner; t != nil {
+			c := ep.counters[i+1]
+			var held int
+			c.gate, held = newGate(t)
+			t.phase = phaseMeasure // re-baseline: this epoch's data may differ
+			auto = append(auto, &autoWindow{s: &ep.p.stages[i], c: c, held: held, discard: true})
+		}
+	}
+	if len(auto) > 0 {
+		// The tuner returns when the last auto stage's workers have.
+		left, allDone := new(atomic.Int32), make(chan struct{})
+		left.Store(int32(len(auto)))
+		for _, w := range auto {
+			w.c.onDone = func() {
+				if left.Add(-1) == 0 {
+					close(allDone)
+				}
+			}
+		}
+		g.Go(func() error { return ep.runTuner(auto, allDone) })
+	}
 	g.Go(onThread(it, func() error { return ep.runSource(it, ep.queues[0], last >= 0) }))
 	for i := range ep.p.stages {
 		s := &ep.p.stages[i]
@@ -132,10 +189,8 @@ func (ep *epoch) launch(it Iterator) {
 		case s.Order == OrderInput:
 			ep.launchOrdered(g, s, c, in, out, closeOut)
 		default:
-			remaining := new(atomic.Int32)
-			remaining.Store(int32(s.Concurrency))
 			for w := range s.Concurrency {
-				g.Go(onThread(s.Op, func() error { return ep.runWorker(s, c, &c.slots[w], in, out, closeOut, remaining) }))
+				g.Go(onThread(s.Op, func() error { return ep.runWorker(s, c, &c.slots[w], in, out, closeOut) }))
 			}
 		}
 	}
@@ -394,34 +449,44 @@ func safeProcess(ctx context.Context, op Op, v any) (out any, err error) {
 
 // runWorker is one of the Concurrency goroutines of an unordered pipe
 // stage. The last worker to return closes out.
-func (ep *epoch) runWorker(s *stageInfo, c *stageCounters, sl *slot, in <-chan any, out chan<- any, closeOut bool, remaining *atomic.Int32) error {
-	defer func() {
-		if remaining.Add(-1) == 0 && closeOut {
-			close(out)
-		}
-	}()
+func (ep *epoch) runWorker(s *stageInfo, c *stageCounters, sl *slot, in <-chan any, out chan<- any, closeOut bool) error {
+	defer c.workerExit(out, closeOut)
 	for {
-		v, ok := recv(in, ep.done)
-		if !ok {
+		if !c.enter(ep.done) {
 			return nil
 		}
-		sl.in.Add(1)
-		if isDone(ep.done) {
-			release(v)
-			return nil
+		err, more := ep.workOne(s, c, sl, in, out)
+		c.leave()
+		if !more {
+			return err
 		}
-		r, ok, fatal := ep.call(s, c, sl, v)
-		if fatal != nil {
-			return fatal
-		}
-		if !ok {
-			continue
-		}
-		if !send(out, r, ep.done) {
-			release(r)
-			return nil
-		}
-		sl.out.Add(1)
-		sl.occ.Add(int64(len(out)))
 	}
+}
+
+// workOne takes one item, runs the op and sends the result; more is false
+// when the worker should return err.
+func (ep *epoch) workOne(s *stageInfo, c *stageCounters, sl *slot, in <-chan any, out chan<- any) (err error, more bool) {
+	v, ok := recv(in, ep.done)
+	if !ok {
+		return nil, false
+	}
+	sl.in.Add(1)
+	if isDone(ep.done) {
+		release(v)
+		return nil, false
+	}
+	r, ok, fatal := ep.call(s, c, sl, v)
+	if fatal != nil {
+		return fatal, false
+	}
+	if !ok {
+		return nil, true
+	}
+	if !send(out, r, ep.done) {
+		release(r)
+		return nil, false
+	}
+	sl.out.Add(1)
+	sl.occ.Add(int64(len(out)))
+	return nil, true
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -116,6 +117,12 @@ type StageConfig struct {
 	Order       Order // KindPipe
 	Size        int   // KindAggregate, >= 1
 	DropLast    bool  // KindAggregate: drop a last, partial group
+	// AutoConcurrency (KindPipe) lets the engine choose how many of the
+	// stage's workers run, online, by measured throughput: from
+	// Concurrency (0 means 1) up to MaxConcurrency, within
+	// Config.CPUBudget. See autotune.go for the method.
+	AutoConcurrency bool
+	MaxConcurrency  int // with AutoConcurrency; 0 means Config.CPUBudget
 	// MaxFailures is how many item failures this stage tolerates in an
 	// epoch; -1 = unlimited, 0 = none (the first failure is fatal).
 	MaxFailures int
@@ -129,6 +136,12 @@ type Config struct {
 	QueueSize   int // capacity of each channel between stages; 0 means 2
 	MaxFailures int // item failures over all stages per epoch; -1 = unlimited, 0 = none
 	NumThreads  int // cap on Ops running at once across all pipe stages; 0 = no cap
+	// CPUBudget caps the workers that AutoConcurrency stages run, all
+	// together; 0 means runtime.NumCPU().
+	CPUBudget int
+	// TuneInterval is the shortest window over which an AutoConcurrency
+	// stage's throughput is measured; 0 means 100ms.
+	TuneInterval time.Duration
 }
 
 const defaultQueueSize = 2
@@ -139,6 +152,8 @@ type Pipeline struct {
 	cfg    Config      // normalized copy
 	stages []stageInfo // static, from New
 
+	tuneMu sync.Mutex // tuner limits and status, read by Stats
+
 	mu        sync.Mutex // serialises Start and Stop
 	cur       atomic.Pointer[epoch]
 	epochs    atomic.Int64
@@ -148,8 +163,9 @@ type Pipeline struct {
 
 // stageInfo is what New derives from a StageConfig.
 type stageInfo struct {
-	StageConfig        // normalized
+	StageConfig        // normalized; Concurrency is the worker count (MaxConcurrency for an auto stage)
 	where       string // "pipe 1", for error messages
+	tuner       *tuner // AutoConcurrency stages only
 }
 
 // New validates cfg and builds a pipeline; it starts nothing. Errors name
@@ -173,6 +189,18 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.NumThreads < 0 {
 		return nil, fmt.Errorf("pipeline: Config.NumThreads must be >= 0 (0 = no cap), got %d", cfg.NumThreads)
 	}
+	if cfg.CPUBudget < 0 {
+		return nil, fmt.Errorf("pipeline: Config.CPUBudget must be >= 0 (0 = the number of CPUs), got %d", cfg.CPUBudget)
+	}
+	if cfg.CPUBudget == 0 {
+		cfg.CPUBudget = runtime.NumCPU()
+	}
+	if cfg.TuneInterval < 0 {
+		return nil, fmt.Errorf("pipeline: Config.TuneInterval must be >= 0 (0 = %v), got %v", defaultTuneInterval, cfg.TuneInterval)
+	}
+	if cfg.TuneInterval == 0 {
+		cfg.TuneInterval = defaultTuneInterval
+	}
 	p := &Pipeline{cfg: cfg, stages: make([]stageInfo, len(cfg.Stages))}
 	p.cfg.Stages = nil // p.stages holds the normalized copies
 	taken := map[string]bool{"source": true}
@@ -194,12 +222,31 @@ func New(cfg Config) (*Pipeline, error) {
 			if sc.Order != OrderCompletion && sc.Order != OrderInput {
 				return nil, bad("Order must be OrderCompletion or OrderInput, got %d", int(sc.Order))
 			}
+			if sc.AutoConcurrency {
+				if sc.MaxConcurrency < 0 {
+					return nil, bad("MaxConcurrency must be >= 0 (0 = Config.CPUBudget), got %d", sc.MaxConcurrency)
+				}
+				if sc.MaxConcurrency == 0 {
+					sc.MaxConcurrency = cfg.CPUBudget
+				}
+				if sc.Concurrency > sc.MaxConcurrency {
+					return nil, bad("Concurrency (the starting point, %d) must be <= MaxConcurrency (%d)", sc.Concurrency, sc.MaxConcurrency)
+				}
+			} else if sc.MaxConcurrency != 0 {
+				return nil, bad("MaxConcurrency is set (%d) but AutoConcurrency is not", sc.MaxConcurrency)
+			}
 		case KindAggregate:
 			if sc.Size < 1 {
 				return nil, bad("Size must be >= 1, got %d", sc.Size)
 			}
+			if sc.AutoConcurrency {
+				return nil, bad("AutoConcurrency is for pipe stages")
+			}
 			sc.Concurrency = 1
 		case KindDisaggregate:
+			if sc.AutoConcurrency {
+				return nil, bad("AutoConcurrency is for pipe stages")
+			}
 			sc.Concurrency = 1
 		default:
 			return nil, bad("Kind must be KindPipe, KindAggregate or KindDisaggregate, got %d", int(sc.Kind))
@@ -217,6 +264,10 @@ func New(cfg Config) (*Pipeline, error) {
 		taken[name] = true
 		sc.Name = name
 		p.stages[i] = stageInfo{StageConfig: sc, where: fmt.Sprintf("%s %d", sc.Kind, i)}
+		if sc.AutoConcurrency {
+			p.stages[i].tuner = &tuner{max: sc.MaxConcurrency, limit: sc.Concurrency, status: "not started"}
+			p.stages[i].Concurrency = sc.MaxConcurrency
+		}
 	}
 	return p, nil
 }
@@ -350,6 +401,12 @@ func (p *Pipeline) Stats() Stats {
 			c = p.cfg.BufferSize
 		}
 		st.Stages[i] = StageStats{Name: s.Name, Kind: s.Kind.String(), Concurrency: s.Concurrency, QueueCap: c}
+		if t := s.tuner; t != nil {
+			p.tuneMu.Lock()
+			st.Stages[i].Concurrency, st.Stages[i].Tuning = t.limit, t.status
+			p.tuneMu.Unlock()
+			st.Stages[i].Auto, st.Stages[i].MaxConcurrency = true, t.max
+		}
 	}
 	if len(p.stages) == 0 {
 		st.Source.QueueCap = p.cfg.BufferSize

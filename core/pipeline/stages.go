@@ -3,7 +3,6 @@ package pipeline
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -46,25 +45,34 @@ const (
 func (ep *epoch) launchOrdered(g *errgroup.Group, s *stageInfo, c *stageCounters, in <-chan any, out chan<- any, closeOut bool) {
 	w := 2 * s.Concurrency
 	r := &reorder{slots: make([]rslot, w), window: make(chan struct{}, w)}
-	remaining := new(atomic.Int32)
-	remaining.Store(int32(s.Concurrency))
 	for i := range s.Concurrency {
-		g.Go(onThread(s.Op, func() error { return ep.runOrderedWorker(s, c, &c.slots[i], r, in, out, closeOut, remaining) }))
+		g.Go(onThread(s.Op, func() error { return ep.runOrderedWorker(s, c, &c.slots[i], r, in, out, closeOut) }))
 	}
 }
 
-func (ep *epoch) runOrderedWorker(s *stageInfo, c *stageCounters, sl *slot, r *reorder, in <-chan any, out chan<- any, closeOut bool, remaining *atomic.Int32) error {
+func (ep *epoch) runOrderedWorker(s *stageInfo, c *stageCounters, sl *slot, r *reorder, in <-chan any, out chan<- any, closeOut bool) error {
 	// Emitting happens only inside complete, so once the last worker is
 	// here nobody can send to out any more.
-	defer func() {
-		if remaining.Add(-1) == 0 && closeOut {
-			close(out)
-		}
-	}()
+	defer c.workerExit(out, closeOut)
 	var fatal error
 	for {
-		if !send(r.window, struct{}{}, ep.done) {
+		if !c.enter(ep.done) {
 			return fatal
+		}
+		more := ep.orderedOne(s, c, sl, r, in, out, &fatal)
+		c.leave()
+		if !more {
+			return fatal
+		}
+	}
+}
+
+// orderedOne takes, runs and completes one item; false when the worker
+// should return.
+func (ep *epoch) orderedOne(s *stageInfo, c *stageCounters, sl *slot, r *reorder, in <-chan any, out chan<- any, fatal *error) bool {
+	{
+		if !send(r.window, struct{}{}, ep.done) {
+			return false
 		}
 		r.rmu.Lock()
 		v, ok := recv(in, ep.done)
@@ -75,20 +83,21 @@ func (ep *epoch) runOrderedWorker(s *stageInfo, c *stageCounters, sl *slot, r *r
 		r.rmu.Unlock()
 		if !ok {
 			<-r.window
-			return fatal
+			return false
 		}
 		sl.in.Add(1)
 		if isDone(ep.done) {
 			release(v)
 			r.complete(ep, sl, seq, nil, false, out)
-			return fatal
+			return false
 		}
 		res, ok, err := ep.call(s, c, sl, v)
-		if err != nil && fatal == nil {
-			fatal = err
+		if err != nil && *fatal == nil {
+			*fatal = err
 		}
 		// Always complete: the head must move past every number taken.
 		r.complete(ep, sl, seq, res, ok, out)
+		return true
 	}
 }
 

@@ -29,8 +29,11 @@ type Stats struct {
 // it, is the bottleneck.
 type StageStats struct {
 	Name               string  `json:"name"`
-	Kind               string  `json:"kind"` // "source", "pipe", "aggregate", "disaggregate"
-	Concurrency        int     `json:"concurrency"`
+	Kind               string  `json:"kind"`                      // "source", "pipe", "aggregate", "disaggregate"
+	Concurrency        int     `json:"concurrency"`               // workers allowed now (an auto stage's current choice)
+	Auto               bool    `json:"auto,omitempty"`            // AutoConcurrency
+	MaxConcurrency     int     `json:"max_concurrency,omitempty"` // an auto stage's ceiling
+	Tuning             string  `json:"tuning,omitempty"`          // an auto stage's tuner state, in words
 	ItemsIn            int64   `json:"items_in"`
 	ItemsOut           int64   `json:"items_out"`
 	Failures           int64   `json:"failures"`

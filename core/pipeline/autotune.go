@@ -1,0 +1,227 @@
+package pipeline
+
+import (
+	"fmt"
+	"time"
+)
+
+// Autotuning (StageConfig.AutoConcurrency).
+//
+// An auto stage starts MaxConcurrency workers, but a gate lets only
+// `limit` of them work: a worker takes a gate token before it takes an
+// item and gives it back after the item has left, and the tuner holds the
+// other MaxConcurrency-limit tokens. Raising the limit is giving a token
+// back; lowering it is taking one, which waits for some worker to finish
+// its item. Parked workers cost a goroutine each and nothing per item.
+//
+// The tuner is a hill climber on measured throughput. Every window (at
+// least Config.TuneInterval and enough items to mean something) it reads
+// the items the stage finished and its busy time, then:
+//
+//   - measure: the rate at the current limit becomes the baseline. If the
+//     workers were busy (not starved by the stage before, not blocked by
+//     the stage after) and the CPU budget has room, it probes limit+1.
+//   - probe: if limit+1 beat the baseline by minGain, keep it and probe
+//     again; otherwise go back to the previous limit and settle.
+//   - settled: after reprobeWindows windows, measure again, so that a
+//     change in the data or in the machine's load is followed.
+//
+// The window right after a change is discarded: workers that were parked
+// start cold, and items already in flight belong to the old setting.
+// The limit (and the settled state) carry over to the next epoch.
+
+const (
+	defaultTuneInterval = 100 * time.Millisecond
+	minGain             = 0.05 // a probe must beat the baseline by 5%
+	busyToGrow          = 0.75 // workers busier than this may use one more
+	reprobeWindows      = 30
+	minWindowItems      = 8 // per worker allowed, at least
+	maxWindowIntervals  = 20
+)
+
+type tunePhase int
+
+const (
+	phaseMeasure tunePhase = iota
+	phaseProbe
+	phaseSettled
+)
+
+func (ph tunePhase) String() string {
+	return [...]string{"measuring", "probing", "settled"}[ph]
+}
+
+// tuner is an auto stage's persistent state; only the epoch's controller
+// goroutine writes it, except limit, which Stats reads.
+type tuner struct {
+	max     int
+	limit   int
+	phase   tunePhase
+	base    float64 // items/s at the baseline limit
+	settled int     // windows since settling
+	changes int     // limit changes so far, over all epochs
+	status  string  // for Stats; under Pipeline.tuneMu
+}
+
+// step takes one window's measurements and returns the new limit. room
+// says whether the CPU budget allows one more worker.
+func (t *tuner) step(rate, busy float64, room bool) int {
+	grow := t.limit < t.max && room && busy >= busyToGrow
+	switch t.phase {
+	case phaseMeasure:
+		t.base = rate
+		if grow {
+			t.phase = phaseProbe
+			return t.limit + 1
+		}
+		t.phase, t.settled = phaseSettled, 0
+	case phaseProbe:
+		if rate >= t.base*(1+minGain) {
+			t.base = rate
+			if grow {
+				return t.limit + 1
+			}
+			t.phase, t.settled = phaseSettled, 0
+			return t.limit
+		}
+		t.phase, t.settled = phaseSettled, 0
+		return t.limit - 1
+	case phaseSettled:
+		t.settled++
+		if t.settled >= reprobeWindows {
+			t.phase = phaseMeasure
+		}
+	}
+	return t.limit
+}
+
+// autoWindow is the controller's view of one auto stage in one epoch.
+type autoWindow struct {
+	s       *stageInfo
+	c       *stageCounters
+	t0      time.Time
+	items   int64 // finished items at t0
+	busy    int64 // busy ns at t0
+	discard bool  // the window after a change
+	held    int   // gate tokens the controller holds
+}
+
+// finished counts items the stage is done with (sent on or failed).
+func (w *autoWindow) finished() (items, busy int64) {
+	for i := range w.c.slots {
+		items += w.c.slots[i].out.Load()
+		busy += w.c.slots[i].busy.Load()
+	}
+	return items + w.c.failures.Load(), busy
+}
+
+// runTuner is the controller goroutine of an epoch with auto stages. It
+// returns when the epoch is cancelled or allDone is closed (every auto
+// stage's workers have returned).
+func (ep *epoch) runTuner(ws []*autoWindow, allDone <-chan struct{}) error {
+	p := ep.p
+	interval := p.cfg.TuneInterval
+	tick := time.NewTicker(interval / 4)
+	defer tick.Stop()
+	now := time.Now()
+	for _, w := range ws {
+		w.items, w.busy = w.finished()
+		w.t0 = now
+	}
+	for {
+		select {
+		case <-ep.done:
+			return nil
+		case <-allDone:
+			return nil
+		case now = <-tick.C:
+		}
+		live := 0
+		for _, w := range ws {
+			if isDone(w.c.workersDone) {
+				continue
+			}
+			live++
+			items, busy := w.finished()
+			dt := now.Sub(w.t0)
+			p.tuneMu.Lock()
+			t := w.s.tuner
+			limit := t.limit
+			p.tuneMu.Unlock()
+			if dt < interval || (items-w.items < int64(minWindowItems*limit) && dt < maxWindowIntervals*interval) {
+				continue
+			}
+			rate := float64(items-w.items) / dt.Seconds()
+			util := float64(busy-w.busy) / (float64(dt) * float64(limit))
+			w.t0, w.items, w.busy = now, items, busy
+			if w.discard {
+				w.discard = false
+				continue
+			}
+			next := t.step(rate, util, p.autoUsed() < p.cfg.CPUBudget)
+			if next != limit && !ep.setLimit(w, next) {
+				return nil
+			}
+			p.tuneMu.Lock()
+			t.status = fmt.Sprintf("%s at %d (%.0f items/s, workers %.0f%% busy)", t.phase, t.limit, rate, min(util, 1)*100)
+			p.tuneMu.Unlock()
+		}
+		if live == 0 {
+			return nil
+		}
+	}
+}
+
+// setLimit moves gate tokens so that next workers may run; false if the
+// epoch ended while it waited for a worker to give one back.
+func (ep *epoch) setLimit(w *autoWindow, next int) bool {
+	t := w.s.tuner
+	for t.limit < next {
+		<-w.c.gate // the controller holds held > 0 tokens here
+		w.held--
+		ep.p.setTunerLimit(t, t.limit+1)
+	}
+	for t.limit > next {
+		select {
+		case w.c.gate <- struct{}{}:
+		case <-ep.done:
+			return false
+		case <-w.c.workersDone:
+			return true
+		}
+		w.held++
+		ep.p.setTunerLimit(t, t.limit-1)
+	}
+	w.discard = true
+	return true
+}
+
+func (p *Pipeline) setTunerLimit(t *tuner, n int) {
+	p.tuneMu.Lock()
+	t.limit = n
+	t.changes++
+	p.tuneMu.Unlock()
+}
+
+// autoUsed is the workers all auto stages may run now.
+func (p *Pipeline) autoUsed() int {
+	p.tuneMu.Lock()
+	defer p.tuneMu.Unlock()
+	n := 0
+	for i := range p.stages {
+		if t := p.stages[i].tuner; t != nil {
+			n += t.limit
+		}
+	}
+	return n
+}
+
+// newGate makes an auto stage's gate for an epoch, with the tokens of the
+// parked workers already taken.
+func newGate(t *tuner) (gate chan struct{}, held int) {
+	gate = make(chan struct{}, t.max)
+	for range t.max - t.limit {
+		gate <- struct{}{}
+	}
+	return gate, t.max - t.limit
+}

@@ -1,0 +1,286 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spdl-go/spdl-go/core/pipeline"
+	"github.com/spdl-go/spdl-go/core/value"
+)
+
+// napOp takes d per item without using a CPU, so that its throughput
+// scales with concurrency however loaded the machine running the test is.
+// It records the most calls it saw at once.
+type napOp struct {
+	d        time.Duration
+	mu       *sync.Mutex // if set, calls are serial: concurrency cannot help
+	cur, max atomic.Int64
+}
+
+func (o *napOp) Process(ctx context.Context, in any) (any, error) {
+	n := o.cur.Add(1)
+	defer o.cur.Add(-1)
+	for m := o.max.Load(); n > m && !o.max.CompareAndSwap(m, n); m = o.max.Load() {
+	}
+	if o.mu != nil {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+	}
+	select {
+	case <-time.After(o.d):
+		return in, nil
+	case <-ctx.Done():
+		value.Release(in) // an op owns its input, also when it fails
+		return nil, ctx.Err()
+	}
+}
+
+// watchConcurrency samples each stage's Concurrency until stop is closed
+// and returns the largest value seen per stage and summed over stages.
+func watchConcurrency(p *pipeline.Pipeline, stop <-chan struct{}) (per []int, sum int) {
+	for {
+		st := p.Stats()
+		if per == nil {
+			per = make([]int, len(st.Stages))
+		}
+		s := 0
+		for i, ss := range st.Stages {
+			per[i] = max(per[i], ss.Concurrency)
+			if ss.Auto {
+				s += ss.Concurrency
+			}
+		}
+		sum = max(sum, s)
+		select {
+		case <-stop:
+			return per, sum
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func TestAutoConcurrency(t *testing.T) {
+	auto := func(op pipeline.Op, maxC int) pipeline.StageConfig {
+		return pipeline.StageConfig{Name: "auto", Kind: pipeline.KindPipe, Op: op, AutoConcurrency: true, MaxConcurrency: maxC, MaxFailures: -1}
+	}
+	tests := []struct {
+		name   string
+		items  int64
+		stages func() ([]pipeline.StageConfig, []*napOp)
+		budget int
+		// bounds on the concurrency each stage reaches by the end, and on
+		// the most that all auto stages ran at once
+		minEnd, maxSeen []int
+		maxSum          int
+		slowConsumer    time.Duration
+	}{
+		{
+			name:  "parallel op grows towards its ceiling",
+			items: 4000,
+			stages: func() ([]pipeline.StageConfig, []*napOp) {
+				op := &napOp{d: time.Millisecond}
+				return []pipeline.StageConfig{auto(op, 8)}, []*napOp{op}
+			},
+			budget: 8, minEnd: []int{4}, maxSeen: []int{8}, maxSum: 8,
+		},
+		{
+			name:  "serial op stays where more threads do not help",
+			items: 800,
+			stages: func() ([]pipeline.StageConfig, []*napOp) {
+				op := &napOp{d: time.Millisecond, mu: new(sync.Mutex)}
+				return []pipeline.StageConfig{auto(op, 8)}, []*napOp{op}
+			},
+			// Two workers may beat one by a little (one's channel work
+			// overlaps the other's op), but a third never helps.
+			budget: 8, minEnd: []int{1}, maxSeen: []int{3}, maxSum: 3,
+		},
+		{
+			name:  "a slow consumer holds the stage back",
+			items: 400,
+			stages: func() ([]pipeline.StageConfig, []*napOp) {
+				op := &napOp{d: time.Millisecond}
+				return []pipeline.StageConfig{auto(op, 8)}, []*napOp{op}
+			},
+			budget: 8, minEnd: []int{1}, maxSeen: []int{3}, maxSum: 3,
+			slowConsumer: 2 * time.Millisecond,
+		},
+		{
+			name:  "two auto stages share the CPU budget",
+			items: 3000,
+			stages: func() ([]pipeline.StageConfig, []*napOp) {
+				a, b := &napOp{d: time.Millisecond}, &napOp{d: time.Millisecond}
+				sa, sb := auto(a, 8), auto(b, 8)
+				sa.Name, sb.Name = "a", "b"
+				return []pipeline.StageConfig{sa, sb}, []*napOp{a, b}
+			},
+			budget: 4, minEnd: []int{1, 1}, maxSeen: []int{3, 3}, maxSum: 4,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			stages, ops := tc.stages()
+			p := mustNew(t, pipeline.Config{
+				Source: pipeline.Range(0, tc.items, 1), Stages: stages, BufferSize: 2,
+				CPUBudget: tc.budget, TuneInterval: 10 * time.Millisecond,
+			})
+			if err := p.Start(); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			type seen struct {
+				per []int
+				sum int
+			}
+			res := make(chan seen, 1)
+			go func() { per, sum := watchConcurrency(p, stop); res <- seen{per, sum} }()
+			var got []int64
+			ctx, cancel := context.WithTimeout(context.Background(), 4*deadline)
+			defer cancel()
+			for {
+				v, err := p.Next(ctx, -1)
+				if errors.Is(err, pipeline.ErrEndOfData) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("Next: %v", err)
+				}
+				got = append(got, v.(int64))
+				if tc.slowConsumer > 0 {
+					time.Sleep(tc.slowConsumer)
+				}
+			}
+			close(stop)
+			s := <-res
+			st := p.Stats()
+			if err := p.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			goleak.VerifyNone(t)
+			if !equal(sorted(got), seq(int(tc.items))) {
+				t.Fatalf("got %d items, not each of 0..%d once", len(got), tc.items-1)
+			}
+			for i, ss := range st.Stages {
+				if !ss.Auto || ss.MaxConcurrency != 8 || ss.Tuning == "" {
+					t.Errorf("stage %s: Auto=%v MaxConcurrency=%d Tuning=%q", ss.Name, ss.Auto, ss.MaxConcurrency, ss.Tuning)
+				}
+				if ss.Concurrency < tc.minEnd[i] {
+					t.Errorf("stage %s ended at concurrency %d, want >= %d (%s)", ss.Name, ss.Concurrency, tc.minEnd[i], ss.Tuning)
+				}
+				if s.per[i] > tc.maxSeen[i] {
+					t.Errorf("stage %s reached concurrency %d, want <= %d (%s)", ss.Name, s.per[i], tc.maxSeen[i], ss.Tuning)
+				}
+				// The gate lets no more ops run than the stage's ceiling.
+				if m := ops[i].max.Load(); m > 8 {
+					t.Errorf("stage %s: %d ops ran at once, ceiling 8", ss.Name, m)
+				}
+			}
+			if s.sum > tc.maxSum {
+				t.Errorf("auto stages ran %d workers at once, want <= %d", s.sum, tc.maxSum)
+			}
+		})
+	}
+}
+
+// The gate must never let more ops run than the limit the tuner chose;
+// with the tuner pinned at its start (a huge interval), exactly
+// Concurrency ops run at once, in order when asked, across epochs.
+func TestAutoConcurrencyGateHoldsLimitAcrossEpochs(t *testing.T) {
+	for _, order := range []pipeline.Order{pipeline.OrderCompletion, pipeline.OrderInput} {
+		t.Run(order.String(), func(t *testing.T) {
+			g := newGauge(3)
+			p := mustNew(t, pipeline.Config{
+				Source: pipeline.Range(0, 300, 1),
+				Stages: []pipeline.StageConfig{{
+					Kind: pipeline.KindPipe, Op: pipeline.OpFunc(g.op), Order: order,
+					AutoConcurrency: true, Concurrency: 3, MaxConcurrency: 6,
+				}},
+				BufferSize: 2, TuneInterval: time.Hour,
+			})
+			for epoch := range 2 {
+				if err := p.Start(); err != nil {
+					t.Fatal(err)
+				}
+				out, err := drain(t, p)
+				if err != nil {
+					t.Fatalf("epoch %d: %v", epoch, err)
+				}
+				got := int64s(out)
+				if order == pipeline.OrderInput && !equal(got, seq(300)) {
+					t.Fatalf("epoch %d: output out of order", epoch)
+				}
+				if !equal(sorted(got), seq(300)) {
+					t.Fatalf("epoch %d: %d items, not each of 0..299 once", epoch, len(got))
+				}
+			}
+			if m := g.max.Load(); m != 3 {
+				t.Errorf("%d ops ran at once, want exactly the limit 3", m)
+			}
+			if c := p.Stats().Stages[0].Concurrency; c != 3 {
+				t.Errorf("Stats concurrency %d, want 3", c)
+			}
+			p.Stop()
+			goleak.VerifyNone(t)
+		})
+	}
+}
+
+// Stop while the tuner is probing and workers are parked: every goroutine
+// returns and every item is accounted for.
+func TestAutoConcurrencyStopMidTuning(t *testing.T) {
+	l := &ledger{}
+	op := &napOp{d: 200 * time.Microsecond}
+	p := mustNew(t, pipeline.Config{
+		Source: &trackedSource{n: 1 << 30, l: l},
+		Stages: []pipeline.StageConfig{{
+			Kind: pipeline.KindPipe, Op: op, Order: pipeline.OrderInput, AutoConcurrency: true, MaxConcurrency: 8, MaxFailures: -1,
+		}},
+		BufferSize: 4, TuneInterval: 5 * time.Millisecond,
+	})
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var delivered int64
+	for range 300 {
+		v, err := p.Next(context.Background(), deadline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		delivered += countItems(v)
+	}
+	p.Stop()
+	goleak.VerifyNone(t)
+	l.check(t, delivered)
+}
+
+func TestAutoConcurrencyConfigErrors(t *testing.T) {
+	op := pipeline.OpFunc(identity)
+	tests := []struct {
+		name  string
+		cfg   pipeline.Config
+		wants string
+	}{
+		{"negative budget", pipeline.Config{CPUBudget: -1}, "CPUBudget must be >= 0"},
+		{"negative interval", pipeline.Config{TuneInterval: -time.Second}, "TuneInterval must be >= 0"},
+		{"max without auto", pipeline.Config{Stages: []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: op, MaxConcurrency: 4}}}, "MaxConcurrency is set (4) but AutoConcurrency is not"},
+		{"start above max", pipeline.Config{Stages: []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: op, AutoConcurrency: true, Concurrency: 5, MaxConcurrency: 4}}}, "must be <= MaxConcurrency (4)"},
+		{"negative max", pipeline.Config{Stages: []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: op, AutoConcurrency: true, MaxConcurrency: -2}}}, "MaxConcurrency must be >= 0"},
+		{"auto aggregate", pipeline.Config{Stages: []pipeline.StageConfig{{Kind: pipeline.KindAggregate, Size: 2, AutoConcurrency: true}}}, "AutoConcurrency is for pipe stages"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Source = pipeline.Range(0, 1, 1)
+			tc.cfg.BufferSize = 1
+			_, err := pipeline.New(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.wants) {
+				t.Fatalf("New: %v, want an error containing %q", err, tc.wants)
+			}
+		})
+	}
+}
