@@ -12,11 +12,12 @@ import (
 //
 //	{"source": {"kind": "python", "id": 1} | {"kind": "range", "start": 0, "stop": 10, "step": 1},
 //	 "stages": [{"kind": "pipe", "name": "decode", "concurrency": 4, "output_order": "input",
+//	             "auto": false, "max_concurrency": 0,
 //	             "max_failures": -1,
 //	             "op": {"kind": "native", "name": "identity", "options": {}} | {"kind": "python", "id": 2}},
 //	            {"kind": "aggregate", "size": 32, "drop_last": false},
 //	            {"kind": "disaggregate"}],
-//	 "buffer_size": 3, "queue_size": 2, "max_failures": -1, "num_threads": 0}
+//	 "buffer_size": 3, "queue_size": 2, "max_failures": -1, "num_threads": 0, "cpu_budget": 0}
 type pipelineSpec struct {
 	Source      *sourceSpec `json:"source"`
 	Stages      []stageSpec `json:"stages"`
@@ -24,6 +25,7 @@ type pipelineSpec struct {
 	QueueSize   int         `json:"queue_size"`
 	MaxFailures *int        `json:"max_failures"`
 	NumThreads  int         `json:"num_threads"`
+	CPUBudget   int         `json:"cpu_budget"`
 }
 
 type sourceSpec struct {
@@ -39,6 +41,8 @@ type stageSpec struct {
 	Name        string  `json:"name"`
 	Op          *opSpec `json:"op"`
 	Concurrency int     `json:"concurrency"`
+	Auto        bool    `json:"auto"`
+	MaxConc     int     `json:"max_concurrency"`
 	OutputOrder string  `json:"output_order"`
 	MaxFailures *int    `json:"max_failures"`
 	Size        int     `json:"size"`
@@ -84,6 +88,8 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 		case "pipe":
 			st.Kind = pipeline.KindPipe
 			st.Concurrency = s.Concurrency
+			st.AutoConcurrency = s.Auto
+			st.MaxConcurrency = s.MaxConc
 			switch s.OutputOrder {
 			case "", "completion":
 				st.Order = pipeline.OrderCompletion
@@ -123,6 +129,7 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 		cfg.MaxFailures = *spec.MaxFailures
 	}
 	cfg.NumThreads = spec.NumThreads
+	cfg.CPUBudget = spec.CPUBudget
 	return cfg, nil
 }
 

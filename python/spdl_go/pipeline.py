@@ -224,6 +224,11 @@ class StageStats:
     """Items out per second of the epoch's elapsed time."""
     busy_fraction: float = 0.0
     """Busy time over elapsed time times concurrency, in [0, 1]."""
+    auto: bool = False
+    """The stage was built with ``concurrency="auto"``; ``concurrency`` is the tuner's current choice."""
+    max_concurrency: int = 0
+    tuning: str = ""
+    """The tuner's state in words, e.g. "settled at 2 (812 items/s, workers 97% busy)"."""
 
     @classmethod
     def _from(cls, d: dict[str, Any]) -> "StageStats":
@@ -244,6 +249,9 @@ class StageStats:
             latency_p99_s=int(d.get("latency_p99_ns", 0)) / 1e9,
             items_per_s=float(d.get("items_per_s", 0.0)),
             busy_fraction=float(d.get("busy_fraction", 0.0)),
+            auto=bool(d.get("auto", False)),
+            max_concurrency=int(d.get("max_concurrency", 0)),
+            tuning=d.get("tuning", "") or "",
         )
 
 
@@ -315,6 +323,9 @@ class PipelineStats:
                 f"{s.busy_s:>9.3f}{s.busy_fraction:>6.0%}{s.queue_mean_occupancy:>7.0%}"
                 f"{s.latency_p50_s * 1e3:>9.2f}{s.latency_p99_s * 1e3:>9.2f}"
             )
+        for s in self.stages:
+            if s.auto:
+                lines.append(f"  {s.name}: concurrency auto (max {s.max_concurrency}): {s.tuning}")
         lines.append(f"  sink buffer {self.sink_len}/{self.sink_cap} (mean {self.sink_mean_occupancy:.0%} full)")
         b = self.bottleneck
         if b.stage:
@@ -614,7 +625,8 @@ class PipelineBuilder:
         self,
         op: Callable[[Any], Any] | NativeOp,
         *,
-        concurrency: int = 1,
+        concurrency: int | Literal["auto"] = 1,
+        max_concurrency: int | None = None,
         name: str | None = None,
         output_order: OutputOrder = "completion",
         max_failures: int = -1,
@@ -623,7 +635,17 @@ class PipelineBuilder:
 
         Args:
             op: A Python callable (sync or async) or a native op from ``spdl_go.ops``.
-            concurrency: How many items the stage works on at once.
+            concurrency: How many items the stage works on at once, or
+                ``"auto"``: the engine measures the stage's throughput while
+                it runs and adds threads one at a time while each one
+                raises it by 5% or more, up to ``max_concurrency`` and within
+                ``build(cpu_budget=)``; it keeps the choice across epochs and
+                re-checks it now and then. ``stats()`` shows the current
+                choice and the tuner's state. Meant for native ops; a Python
+                stage on a GIL build gains nothing from more threads, and
+                the tuner will find that out.
+            max_concurrency: With ``concurrency="auto"``, the most threads the
+                stage may use; None means the CPU budget.
             name: Shown in stats and errors; defaults to the op's name.
             output_order: "completion" emits items as they finish; "input"
                 keeps the order they arrived in.
@@ -633,8 +655,14 @@ class PipelineBuilder:
         """
         if not isinstance(op, NativeOp) and not callable(op):
             raise TypeError(f"pipe: op must be callable or a spdl_go.ops op, got {type(op).__name__}")
-        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-            raise ValueError(f"pipe: concurrency must be an int >= 1, got {concurrency!r}")
+        auto = concurrency == "auto"
+        if not auto and (not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1):
+            raise ValueError(f"pipe: concurrency must be an int >= 1 or 'auto', got {concurrency!r}")
+        if max_concurrency is not None:
+            if not auto:
+                raise ValueError("pipe: max_concurrency only applies with concurrency='auto'")
+            if not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) or max_concurrency < 1:
+                raise ValueError(f"pipe: max_concurrency must be an int >= 1 or None, got {max_concurrency!r}")
         if output_order not in ("completion", "input"):
             raise ValueError(f"pipe: output_order must be 'completion' or 'input', got {output_order!r}")
         if not isinstance(max_failures, int) or max_failures < -1:
@@ -645,7 +673,9 @@ class PipelineBuilder:
             {
                 "kind": "pipe",
                 "name": name,
-                "concurrency": concurrency,
+                "concurrency": 1 if auto else concurrency,
+                "auto": auto,
+                "max_concurrency": max_concurrency or 0,
                 "output_order": output_order,
                 "max_failures": max_failures,
                 "op": op.spec() if isinstance(op, NativeOp) else {"kind": "python"},
@@ -683,6 +713,7 @@ class PipelineBuilder:
         max_failures: int = -1,
         queue_size: int | None = None,
         report_interval: float | None = None,
+        cpu_budget: int | None = None,
     ) -> Pipeline:
         """Builds the pipeline (it starts on first iteration or ``start()``).
 
@@ -695,11 +726,15 @@ class PipelineBuilder:
             report_interval: If set, log ``stats().format()`` (logger
                 "spdl_go", level INFO) every this many seconds while an
                 epoch runs.
+            cpu_budget: The most threads all ``concurrency="auto"`` stages
+                may use together; None means ``os.cpu_count()``.
         """
         if self._source is None:
             raise ValueError("build: add_source was not called")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
             raise ValueError(f"build: num_threads must be an int >= 1 or None, got {num_threads!r}")
+        if cpu_budget is not None and (not isinstance(cpu_budget, int) or isinstance(cpu_budget, bool) or cpu_budget < 1):
+            raise ValueError(f"build: cpu_budget must be an int >= 1 or None, got {cpu_budget!r}")
         stages = [dict(s) for s in self._stages]
         for s in stages:
             if s["kind"] == "pipe":
@@ -709,6 +744,7 @@ class PipelineBuilder:
             "buffer_size": self._buffer_size if self._buffer_size is not None else 3,
             "max_failures": max_failures,
             "num_threads": num_threads or 0,
+            "cpu_budget": cpu_budget or 0,
         }
         if queue_size is not None:
             spec["queue_size"] = queue_size

@@ -347,6 +347,31 @@ def test_latency_and_bottleneck(no_leaks):
     p.close()
 
 
+def test_auto_concurrency_grows_where_threads_help(no_leaks):
+    # time.sleep releases the GIL, so this stage scales with threads on
+    # every build, at least from 1 to 2 (further, on a GIL build, the
+    # consumer's wait for the GIL can become the limit). The tuner itself
+    # is tested in Go (core/pipeline/autotune_test.go).
+    def wait(x):
+        time.sleep(0.002)
+        return x
+
+    p = (
+        PipelineBuilder()
+        .add_source(range(1500))
+        .pipe(wait, concurrency="auto", max_concurrency=6)
+        .add_sink(4)
+        .build(cpu_budget=6)
+    )
+    assert sorted(p) == list(range(1500))
+    st = p.stats()
+    s = st.stages[0]
+    assert s.auto and s.max_concurrency == 6 and s.tuning, st.format()
+    assert 2 <= s.concurrency <= 6, st.format()
+    assert "concurrency auto (max 6)" in st.format()
+    p.close()
+
+
 @pytest.mark.parametrize(
     "make,exc,match",
     [
@@ -355,6 +380,10 @@ def test_latency_and_bottleneck(no_leaks):
         (lambda: PipelineBuilder().add_source([1]).pipe(3), TypeError, "callable"),
         (lambda: PipelineBuilder().add_source([1]).pipe(str, concurrency=0), ValueError, "concurrency"),
         (lambda: PipelineBuilder().add_source([1]).pipe(str, output_order="random"), ValueError, "output_order"),
+        (lambda: PipelineBuilder().add_source([1]).pipe(str, concurrency="fast"), ValueError, "'auto'"),
+        (lambda: PipelineBuilder().add_source([1]).pipe(str, max_concurrency=4), ValueError, "only applies"),
+        (lambda: PipelineBuilder().add_source([1]).pipe(str, concurrency="auto", max_concurrency=0), ValueError, "max_concurrency"),
+        (lambda: PipelineBuilder().add_source([1]).build(cpu_budget=0), ValueError, "cpu_budget"),
         (lambda: PipelineBuilder().add_source([1]).aggregate(0), ValueError, "num_items"),
         (lambda: PipelineBuilder().add_source([1]).add_sink(0), ValueError, "buffer_size"),
         (lambda: PipelineBuilder().add_source([1]).pipe(ops.NativeOp("nope")).build(), ValueError, "nope"),
