@@ -64,21 +64,26 @@ def to_array(t):
         return np.from_dlpack(t)
 
 
-def image_pipeline(items, threads: int, batch: int = 32):
+def image_pipeline(items, threads: int, batch: int = 32, concurrency=None):
     """The benchmarked spdl-go pipeline: (path, label) -> decode JPEG with a
-    fused resize (short side 256) and center crop 224 -> batch -> collate."""
+    fused resize (short side 256) and center crop 224 -> batch -> collate.
+    The decode stage runs ``concurrency`` threads (default ``threads``), or
+    tunes itself with ``"auto"`` within a budget of ``threads``."""
+    if concurrency is None:
+        concurrency = threads
+    auto = concurrency == "auto"
     return (
         PipelineBuilder()
         .add_source(items)
         .pipe(
             ops.decode_image(short_side=256, crop="center", crop_size=(224, 224)),
-            concurrency=threads,
+            concurrency=concurrency,
             name="decode",
         )
         .aggregate(batch)
         .pipe(ops.collate(numbers="tensor"), name="collate")
         .add_sink(buffer_size=4)
-        .build(num_threads=threads + 1)
+        .build(num_threads=None if auto else concurrency + 1, cpu_budget=threads if auto else None)
     )
 
 

@@ -81,6 +81,19 @@
 // neither read to its end nor stopped keeps its goroutines, so call Stop
 // when done with a pipeline (defer p.Stop()).
 //
+// # Automatic concurrency
+//
+// A pipe stage with AutoConcurrency starts MaxConcurrency workers and lets
+// a tuner decide how many of them work: it starts from Concurrency (1 by
+// default), measures the stage's throughput over windows of at least
+// Config.TuneInterval, adds one worker while each addition raises the
+// throughput by 5% or more and the workers are busy, and goes back one
+// step when an addition did not help. All auto stages together stay within
+// Config.CPUBudget workers. The choice carries over to the next epoch and
+// is re-checked every 30 windows. Stats reports it (Concurrency, Auto,
+// MaxConcurrency, Tuning). A gate token per item costs about 100 ns, which
+// is small next to the decode-sized ops this is meant for.
+//
 // # Cost
 //
 // Measured with BenchmarkPipeStage (go test -bench PipeStage) on the

@@ -177,6 +177,10 @@ func (s Stats) Bottleneck() Report {
 		switch {
 		case st.Kind != KindPipe.String():
 			r.Advice = "this stage runs in one goroutine; make its work cheaper"
+		case st.Auto && st.Concurrency >= st.MaxConcurrency:
+			r.Advice = fmt.Sprintf("its concurrency is tuned automatically and has reached its ceiling (%d): raise max_concurrency or the CPU budget if CPU allows, or make its op faster", st.MaxConcurrency)
+		case st.Auto:
+			r.Advice = fmt.Sprintf("its concurrency is tuned automatically (%s): more threads did not raise its throughput, so CPU or a shared lock is the limit; make its op cheaper", st.Tuning)
 		case st.BusyFraction >= saturated:
 			r.Advice = fmt.Sprintf("raise its concurrency (now %d) if CPU allows, or make its op faster", st.Concurrency)
 		default:

@@ -1,0 +1,246 @@
+"""Measurement helpers shared by the side-by-side benchmarks.
+
+Each configuration runs in a fresh subprocess (``run_config``), so memory
+and CPU figures are not polluted by earlier runs. Inside it, ``measure``
+iterates a loader and records, per run: items/s, CPU-seconds per 1,000
+items (self + reaped children, from getrusage), peak RSS and peak PSS
+summed over the process tree (sampled every 50 ms from /proc, so worker
+processes count), the same at the start (after imports, before the loader),
+and time to first batch. ``median_rows``, ``markdown_table`` and
+``bar_chart`` turn repeated runs into the printed table and the PNG.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+# --------------------------------------------------------------------------
+# Process-tree memory sampling
+# --------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    out.extend(int(c) for c in f.read().split())
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return out
+
+
+def _tree(pid: int) -> list[int]:
+    pids, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        pids.append(p)
+        stack.extend(_children(p))
+    return pids
+
+
+def _mem_kib(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in KiB of one process; (0, 0) if it is gone."""
+    rss = pss = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1])
+    except OSError:
+        pass
+    return rss, pss
+
+
+class MemSampler:
+    def __init__(self, pid: int | None = None, interval: float = 0.05):
+        self.pid = pid or os.getpid()
+        self.interval = interval
+        self.peak_rss = self.peak_pss = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        rss = pss = 0
+        for p in _tree(self.pid):
+            r, s = _mem_kib(p)
+            rss += r
+            pss += s
+        self.peak_rss = max(self.peak_rss, rss)
+        self.peak_pss = max(self.peak_pss, pss)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self.sample()  # the baseline, before the loader starts
+        self.start_rss, self.start_pss = self.peak_rss, self.peak_pss
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.sample()
+
+
+def cpu_seconds() -> float:
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+
+
+def measure(batches: Iterable[Any], count: Callable[[Any], int], expect: int) -> dict:
+    """Iterates ``batches`` (a generator that builds its loader lazily, so
+    start-up is timed) and returns one run's figures. ``count(batch)`` gives
+    the items in a batch and checks its shape; the total must be ``expect``."""
+    with MemSampler() as mem:
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        first = None
+        n = 0
+        for b in batches:
+            if first is None:
+                first = time.perf_counter() - t0
+            n += count(b)
+        dt = time.perf_counter() - t0
+        dc = cpu_seconds() - c0
+    if n != expect:
+        raise AssertionError(f"got {n} of {expect} items")
+    return {
+        "items": n,
+        "items_per_s": n / dt,
+        "cpu_s_per_1000": dc / n * 1000,
+        "peak_rss_mib": mem.peak_rss / 1024,
+        "peak_pss_mib": mem.peak_pss / 1024,
+        "start_rss_mib": mem.start_rss / 1024,
+        "start_pss_mib": mem.start_pss / 1024,
+        "loader_rss_mib": (mem.peak_rss - mem.start_rss) / 1024,
+        "loader_pss_mib": (mem.peak_pss - mem.start_pss) / 1024,
+        "first_batch_s": first,
+        "wall_s": dt,
+    }
+
+
+def run_config(script: str | Path, args: list[str], timeout: float) -> dict:
+    """Runs ``script --_worker *args`` in a fresh interpreter; the worker
+    prints one JSON line (its last line of stdout)."""
+    cmd = [sys.executable, str(script), "--_worker", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"exit {r.returncode}: {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+KEYS = (
+    "items_per_s",
+    "cpu_s_per_1000",
+    "peak_rss_mib",
+    "peak_pss_mib",
+    "loader_rss_mib",
+    "loader_pss_mib",
+    "first_batch_s",
+)
+
+
+def median_rows(runs: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per configuration, the median of each figure over its runs."""
+    return {n: {k: statistics.median(r[k] for r in rs) for k in KEYS if k in rs[0]} for n, rs in runs.items() if rs}
+
+
+def markdown_table(rows: dict[str, dict], unit: str, skipped: dict[str, str] | None = None) -> str:
+    """The printed results table; ``unit`` names the item ("images")."""
+    hdr = (
+        "configuration",
+        f"{unit}/s",
+        f"CPU-s/1000 {unit}",
+        "peak PSS MiB",
+        "peak RSS MiB",
+        "loader PSS MiB",
+        "loader RSS MiB",
+        "1st batch s",
+    )
+    out = ["| " + " | ".join(hdr) + " |", "|" + "|".join(["---"] + ["---:"] * (len(hdr) - 1)) + "|"]
+    for name, r in rows.items():
+        out.append(
+            f"| {name} | {r['items_per_s']:.0f} | {r['cpu_s_per_1000']:.2f} | {r['peak_pss_mib']:.0f} "
+            f"| {r['peak_rss_mib']:.0f} | {r.get('loader_pss_mib', 0):.0f} | {r.get('loader_rss_mib', 0):.0f} "
+            f"| {r['first_batch_s']:.2f} |"
+        )
+    for name, why in (skipped or {}).items():
+        out.append(f"| {name} | skipped: {why[:120]} |" + " |" * (len(hdr) - 2))
+    return "\n".join(out)
+
+
+def bar_chart(rows: dict[str, dict], path: Path, title: str, unit: str, ours: str = "spdl-go") -> str | None:
+    """Throughput and peak memory bars; returns why not, if no chart."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:  # noqa: BLE001
+        return f"matplotlib unavailable: {e}"
+    names = list(rows)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 0.5 * len(names) + 2.5))
+    colors = ["tab:green" if n.startswith(ours) else "tab:blue" if n.startswith("SPDL") else "tab:gray" for n in names]
+    a1.barh(names, [rows[n]["items_per_s"] for n in names], color=colors)
+    a1.set_xlabel(f"{unit}/s (higher is better)")
+    a2.barh(names, [rows[n]["peak_pss_mib"] for n in names], color=colors, label="PSS")
+    a2.barh(names, [rows[n]["peak_rss_mib"] for n in names], color="none", edgecolor="black", label="RSS")
+    a2.set_xlabel("peak memory, MiB, process tree (lower is better)")
+    a2.legend()
+    for a in (a1, a2):
+        a.invert_yaxis()
+    a2.set_yticklabels([])
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+def progress(total: int):
+    """A tqdm bar, or a stand-in with the same two methods if tqdm is absent."""
+    try:
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="run")
+    except ImportError:
+
+        class _Bar:
+            def __init__(self) -> None:
+                self.n = 0
+
+            def set_description(self, s: str) -> None:
+                print(f"[{self.n + 1}/{total}] {s}", file=sys.stderr, flush=True)
+
+            def update(self) -> None:
+                self.n += 1
+
+            def close(self) -> None:
+                pass
+
+        return _Bar()
+
+
+def warm_page_cache(paths: Iterable[str]) -> None:
+    for p in paths:
+        Path(p).read_bytes()
