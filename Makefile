@@ -5,7 +5,7 @@ GO ?= go
 LIB := python/spdl_go/libspdl.so
 export CGO_ENABLED := 1
 
-.PHONY: all deps build setup install demo test go-test fuzz py-test py-test-dev bench clean
+.PHONY: all deps build setup install demo test go-test fuzz py-test py-test-dev bench bench-media clean
 
 all: build
 
@@ -59,13 +59,21 @@ py-test:
 py-test-dev: build
 	PYTHONPATH=python $(PY) -m pytest -q python/tests
 
+BENCH_PIP = "spdl==0.8.0" tqdm matplotlib soundfile
+
 ## bench: engine overhead per item and per batch; image pipeline vs decode-only
 ## limit; side by side with torch DataLoader and SPDL (results in benchmarks/results/)
 bench: setup install
-	$(PY) -m pip install -q --disable-pip-version-check "spdl==0.8.0" tqdm matplotlib
+	$(PY) -m pip install -q --disable-pip-version-check $(BENCH_PIP)
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_overhead.py
-	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_image.py
+	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_image.py --json $(CURDIR)/benchmarks/results/image.json
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_compare.py --json $(CURDIR)/benchmarks/results/compare.json
+
+## bench-media: audio and video side by side with their anchors
+bench-media: setup install
+	$(PY) -m pip install -q --disable-pip-version-check $(BENCH_PIP)
+	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_audio.py --json $(CURDIR)/benchmarks/results/audio.json
+	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_video.py --json $(CURDIR)/benchmarks/results/video.json
 
 clean:
 	rm -rf build dist python/*.egg-info $(LIB) python/spdl_go/libspdl.h

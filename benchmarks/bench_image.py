@@ -161,6 +161,7 @@ def main() -> None:
         print(f"| {name:<52} | {r['images_per_s']:>9.0f} | {r['cpu_s_per_1000']:>16.2f} |")
     print(f"\npipeline / decode-only limit = {pipe / limit:.2f} (target >= 0.80)")
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"rows": rows, "ratio_to_decode_limit": pipe / limit}, indent=2))
 
 
