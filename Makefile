@@ -5,7 +5,12 @@ GO ?= go
 LIB := python/spdl_go/libspdl.so
 export CGO_ENABLED := 1
 
-.PHONY: all deps build setup install demo test go-test fuzz py-test py-test-dev bench bench-media clean
+# Free-threaded CPython 3.13 (GIL disabled), built once per machine by
+# .ci/python-ft into a cache outside the checkout.
+FT_PREFIX ?= $(HOME)/.cache/spdl-go/cpython-3.13t
+PYFT := $(FT_PREFIX)/bin/python3.13t
+
+.PHONY: all deps build setup install demo test go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media clean
 
 all: build
 
@@ -31,8 +36,9 @@ install:
 demo: setup install
 	cd /tmp && $(PY) -m spdl_go.demo
 
-## test: Go tests with the race detector, then pytest against the installed wheel
-test: setup go-test install py-test
+## test: Go tests with the race detector, then pytest against the installed
+## wheel on the standard CPython ($(PY)) and on free-threaded CPython 3.13t
+test: setup go-test install py-test test-ft
 
 go-test:
 	$(GO) vet ./...
@@ -52,6 +58,22 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $$n -fuzzminimizetime 50x $$pkg || exit 1; \
 	done
 
+## test-ft: the Python test suite on free-threaded CPython 3.13t, GIL off
+## (builds the interpreter once per machine: about 8 minutes)
+test-ft: setup-ft install-ft py-test-ft
+
+setup-ft: deps
+	.ci/python-ft $(FT_PREFIX)
+	$(PYFT) -m pip install -q --disable-pip-version-check --only-binary=:all: "numpy>=2.1" "pyarrow>=18" "pytest>=7" pytest-timeout pillow torch
+
+install-ft:
+	$(PYFT) -m pip install -q --disable-pip-version-check --force-reinstall --no-deps .
+
+# PYTHON_GIL=0 keeps the GIL off even if an extension module was not built
+# for free-threading (CPython would otherwise turn it back on, with a warning).
+py-test-ft:
+	cd /tmp && PYTHON_GIL=0 $(PYFT) -m pytest -q -p no:cacheprovider $(CURDIR)/python/tests
+
 # Runs from outside the checkout so that the installed package is imported.
 py-test:
 	cd /tmp && $(PY) -m pytest -q -p no:cacheprovider $(CURDIR)/python/tests
@@ -68,6 +90,11 @@ bench: setup install
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_overhead.py
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_image.py --json $(CURDIR)/benchmarks/results/image.json
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_compare.py --json $(CURDIR)/benchmarks/results/compare.json
+
+## bench-ft: Python-stage scaling and overhead on CPython and on 3.13t (GIL off)
+bench-ft: setup install setup-ft install-ft
+	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_freethreading.py --json $(CURDIR)/benchmarks/results/freethreading-gil.json
+	cd /tmp && PYTHON_GIL=0 $(PYFT) $(CURDIR)/benchmarks/bench_freethreading.py --json $(CURDIR)/benchmarks/results/freethreading-ft.json
 
 ## bench-media: audio and video side by side with their anchors
 bench-media: setup install
