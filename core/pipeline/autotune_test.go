@@ -271,7 +271,7 @@ func TestAutoConcurrencyConfigErrors(t *testing.T) {
 		{"max without auto", pipeline.Config{Stages: []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: op, MaxConcurrency: 4}}}, "MaxConcurrency is set (4) but AutoConcurrency is not"},
 		{"start above max", pipeline.Config{Stages: []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: op, AutoConcurrency: true, Concurrency: 5, MaxConcurrency: 4}}}, "must be <= MaxConcurrency (4)"},
 		{"negative max", pipeline.Config{Stages: []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: op, AutoConcurrency: true, MaxConcurrency: -2}}}, "MaxConcurrency must be >= 0"},
-		{"auto aggregate", pipeline.Config{Stages: []pipeline.StageConfig{{Kind: pipeline.KindAggregate, Size: 2, AutoConcurrency: true}}}, "AutoConcurrency is for pipe stages"},
+		{"auto aggregate", pipeline.Config{Stages: []pipeline.StageConfig{{Kind: pipeline.KindAggregate, Size: 2, AutoConcurrency: true}}}, "AutoConcurrency and Timeout are for pipe stages"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

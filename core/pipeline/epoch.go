@@ -72,6 +72,7 @@ type stageCounters struct {
 	remaining   atomic.Int32
 	workersDone chan struct{}
 	gate        chan struct{} // AutoConcurrency stages; see autotune.go
+	abandoned   atomic.Int64  // calls abandoned after a timeout; see timeout.go
 	onDone      func()        // called after workersDone is closed; may be nil
 }
 
@@ -188,6 +189,13 @@ func (ep *epoch) launch(it Iterator) {
 			g.Go(func() error { return ep.runDisaggregate(s, c, in, out, closeOut) })
 		case s.Order == OrderInput:
 			ep.launchOrdered(g, s, c, in, out, closeOut)
+		case s.Timeout > 0:
+			for w := range s.Concurrency {
+				sl := &c.slots[w]
+				g.Go(func() error {
+					return ep.supervise(s, c, sl, nil, out, closeOut, func(is *inner) error { return ep.workerLoop(s, c, sl, in, out, is) })
+				})
+			}
 		default:
 			for w := range s.Concurrency {
 				g.Go(onThread(s.Op, func() error { return ep.runWorker(s, c, &c.slots[w], in, out, closeOut) }))
@@ -391,17 +399,26 @@ type closeError struct{ err error }
 func (e *closeError) Error() string { return "close: " + e.err.Error() }
 func (e *closeError) Unwrap() error { return e.err }
 
-// call runs the op on v under the NumThreads cap. ok is false when the item
-// is gone (failed or cancelled); fatal is non-nil when a failure limit was
-// exceeded.
-func (ep *epoch) call(s *stageInfo, c *stageCounters, sl *slot, v any) (out any, ok bool, fatal error) {
+// call runs the op on v under the NumThreads cap (and the stage's Timeout,
+// when is is not nil). ok is false when the item is gone (failed or
+// cancelled); fatal is non-nil when a failure limit was exceeded; lost is
+// true when the call was abandoned after a timeout, and the worker must
+// return without touching anything (see timeout.go).
+func (ep *epoch) call(s *stageInfo, c *stageCounters, sl *slot, v any, is *inner, seq uint64) (out any, ok bool, fatal error, lost bool) {
 	if ep.tokens != nil && !send(ep.tokens, struct{}{}, ep.done) {
 		release(v) // never handed to the op: still ours
-		return nil, false, nil
+		return nil, false, nil, false
 	}
 	sl.active.Add(1)
 	t0 := time.Now()
-	out, err := safeProcess(ep.ctx, s.Op, v)
+	var err error
+	if is != nil {
+		if out, err, lost = ep.timed(s, sl, v, is, seq); lost {
+			return nil, false, nil, true
+		}
+	} else {
+		out, err = safeProcess(ep.ctx, s.Op, v)
+	}
 	d := time.Since(t0)
 	sl.busy.Add(int64(d))
 	sl.lat.record(d)
@@ -413,12 +430,12 @@ func (ep *epoch) call(s *stageInfo, c *stageCounters, sl *slot, v any) (out any,
 		<-ep.tokens
 	}
 	if err == nil {
-		return out, true, nil
+		return out, true, nil, false
 	}
 	if isDone(ep.done) {
-		return nil, false, nil // most likely the cancellation itself: not the item's fault
+		return nil, false, nil, false // most likely the cancellation itself: not the item's fault
 	}
-	return nil, false, ep.itemFailed(s, c, describeFailed(v, err), err)
+	return nil, false, ep.itemFailed(s, c, describeFailed(v, err), err), false
 }
 
 // ItemDescriber is implemented by an op's error that can name the failed
@@ -451,11 +468,20 @@ func safeProcess(ctx context.Context, op Op, v any) (out any, err error) {
 // stage. The last worker to return closes out.
 func (ep *epoch) runWorker(s *stageInfo, c *stageCounters, sl *slot, in <-chan any, out chan<- any, closeOut bool) error {
 	defer c.workerExit(out, closeOut)
+	return ep.workerLoop(s, c, sl, in, out, nil)
+}
+
+// workerLoop is the body of an unordered worker; is links it to its
+// supervisor in a stage with a Timeout (nil otherwise).
+func (ep *epoch) workerLoop(s *stageInfo, c *stageCounters, sl *slot, in <-chan any, out chan<- any, is *inner) error {
 	for {
 		if !c.enter(ep.done) {
 			return nil
 		}
-		err, more := ep.workOne(s, c, sl, in, out)
+		err, more, lost := ep.workOne(s, c, sl, in, out, is)
+		if lost {
+			return nil // the supervisor gave back the gate token
+		}
 		c.leave()
 		if !more {
 			return err
@@ -465,28 +491,31 @@ func (ep *epoch) runWorker(s *stageInfo, c *stageCounters, sl *slot, in <-chan a
 
 // workOne takes one item, runs the op and sends the result; more is false
 // when the worker should return err.
-func (ep *epoch) workOne(s *stageInfo, c *stageCounters, sl *slot, in <-chan any, out chan<- any) (err error, more bool) {
+func (ep *epoch) workOne(s *stageInfo, c *stageCounters, sl *slot, in <-chan any, out chan<- any, is *inner) (err error, more, lost bool) {
 	v, ok := recv(in, ep.done)
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
 	sl.in.Add(1)
 	if isDone(ep.done) {
 		release(v)
-		return nil, false
+		return nil, false, false
 	}
-	r, ok, fatal := ep.call(s, c, sl, v)
+	r, ok, fatal, lost := ep.call(s, c, sl, v, is, 0)
+	if lost {
+		return nil, false, true
+	}
 	if fatal != nil {
-		return fatal, false
+		return fatal, false, false
 	}
 	if !ok {
-		return nil, true
+		return nil, true, false
 	}
 	if !send(out, r, ep.done) {
 		release(r)
-		return nil, false
+		return nil, false, false
 	}
 	sl.out.Add(1)
 	sl.occ.Add(int64(len(out)))
-	return nil, true
+	return nil, true, false
 }

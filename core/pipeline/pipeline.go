@@ -123,6 +123,13 @@ type StageConfig struct {
 	// Config.CPUBudget. See autotune.go for the method.
 	AutoConcurrency bool
 	MaxConcurrency  int // with AutoConcurrency; 0 means Config.CPUBudget
+	// Timeout (KindPipe), if > 0, bounds each Op.Process call: at the
+	// deadline the call's ctx is cancelled and its item fails with a
+	// *TimeoutError. A call that does not return soon after (a blocking
+	// call that ignores ctx) is abandoned: the stage carries on with a
+	// fresh worker, and Stop does not wait for the stuck one. Each call
+	// costs a timer and a ctx; see timeout.go.
+	Timeout time.Duration
 	// MaxFailures is how many item failures this stage tolerates in an
 	// epoch; -1 = unlimited, 0 = none (the first failure is fatal).
 	MaxFailures int
@@ -235,17 +242,20 @@ func New(cfg Config) (*Pipeline, error) {
 			} else if sc.MaxConcurrency != 0 {
 				return nil, bad("MaxConcurrency is set (%d) but AutoConcurrency is not", sc.MaxConcurrency)
 			}
+			if sc.Timeout < 0 {
+				return nil, bad("Timeout must be >= 0 (0 = none), got %v", sc.Timeout)
+			}
 		case KindAggregate:
 			if sc.Size < 1 {
 				return nil, bad("Size must be >= 1, got %d", sc.Size)
 			}
-			if sc.AutoConcurrency {
-				return nil, bad("AutoConcurrency is for pipe stages")
+			if sc.AutoConcurrency || sc.Timeout != 0 {
+				return nil, bad("AutoConcurrency and Timeout are for pipe stages")
 			}
 			sc.Concurrency = 1
 		case KindDisaggregate:
-			if sc.AutoConcurrency {
-				return nil, bad("AutoConcurrency is for pipe stages")
+			if sc.AutoConcurrency || sc.Timeout != 0 {
+				return nil, bad("AutoConcurrency and Timeout are for pipe stages")
 			}
 			sc.Concurrency = 1
 		default:

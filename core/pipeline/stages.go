@@ -46,7 +46,14 @@ func (ep *epoch) launchOrdered(g *errgroup.Group, s *stageInfo, c *stageCounters
 	w := 2 * s.Concurrency
 	r := &reorder{slots: make([]rslot, w), window: make(chan struct{}, w)}
 	for i := range s.Concurrency {
-		g.Go(onThread(s.Op, func() error { return ep.runOrderedWorker(s, c, &c.slots[i], r, in, out, closeOut) }))
+		sl := &c.slots[i]
+		if s.Timeout > 0 {
+			g.Go(func() error {
+				return ep.supervise(s, c, sl, r, out, closeOut, func(is *inner) error { return ep.orderedLoop(s, c, sl, r, in, out, is) })
+			})
+			continue
+		}
+		g.Go(onThread(s.Op, func() error { return ep.runOrderedWorker(s, c, sl, r, in, out, closeOut) }))
 	}
 }
 
@@ -54,12 +61,21 @@ func (ep *epoch) runOrderedWorker(s *stageInfo, c *stageCounters, sl *slot, r *r
 	// Emitting happens only inside complete, so once the last worker is
 	// here nobody can send to out any more.
 	defer c.workerExit(out, closeOut)
+	return ep.orderedLoop(s, c, sl, r, in, out, nil)
+}
+
+// orderedLoop is the body of an ordered worker; is links it to its
+// supervisor in a stage with a Timeout (nil otherwise).
+func (ep *epoch) orderedLoop(s *stageInfo, c *stageCounters, sl *slot, r *reorder, in <-chan any, out chan<- any, is *inner) error {
 	var fatal error
 	for {
 		if !c.enter(ep.done) {
 			return fatal
 		}
-		more := ep.orderedOne(s, c, sl, r, in, out, &fatal)
+		more, lost := ep.orderedOne(s, c, sl, r, in, out, is, &fatal)
+		if lost {
+			return nil // the supervisor completed the item and gave back the tokens
+		}
 		c.leave()
 		if !more {
 			return fatal
@@ -67,12 +83,12 @@ func (ep *epoch) runOrderedWorker(s *stageInfo, c *stageCounters, sl *slot, r *r
 	}
 }
 
-// orderedOne takes, runs and completes one item; false when the worker
-// should return.
-func (ep *epoch) orderedOne(s *stageInfo, c *stageCounters, sl *slot, r *reorder, in <-chan any, out chan<- any, fatal *error) bool {
+// orderedOne takes, runs and completes one item; more is false when the
+// worker should return, lost when its call was abandoned.
+func (ep *epoch) orderedOne(s *stageInfo, c *stageCounters, sl *slot, r *reorder, in <-chan any, out chan<- any, is *inner, fatal *error) (more, lost bool) {
 	{
 		if !send(r.window, struct{}{}, ep.done) {
-			return false
+			return false, false
 		}
 		r.rmu.Lock()
 		v, ok := recv(in, ep.done)
@@ -83,21 +99,24 @@ func (ep *epoch) orderedOne(s *stageInfo, c *stageCounters, sl *slot, r *reorder
 		r.rmu.Unlock()
 		if !ok {
 			<-r.window
-			return false
+			return false, false
 		}
 		sl.in.Add(1)
 		if isDone(ep.done) {
 			release(v)
 			r.complete(ep, sl, seq, nil, false, out)
-			return false
+			return false, false
 		}
-		res, ok, err := ep.call(s, c, sl, v)
+		res, ok, err, lost := ep.call(s, c, sl, v, is, seq)
+		if lost {
+			return false, true
+		}
 		if err != nil && *fatal == nil {
 			*fatal = err
 		}
 		// Always complete: the head must move past every number taken.
 		r.complete(ep, sl, seq, res, ok, out)
-		return true
+		return true, false
 	}
 }
 

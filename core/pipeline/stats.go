@@ -37,8 +37,9 @@ type StageStats struct {
 	ItemsIn            int64   `json:"items_in"`
 	ItemsOut           int64   `json:"items_out"`
 	Failures           int64   `json:"failures"`
-	BusyNs             int64   `json:"busy_ns"` // summed wall time inside Op.Process
-	Active             int64   `json:"active"`  // ops running now
+	Abandoned          int64   `json:"abandoned,omitempty"` // calls given up after a Timeout (also counted in Failures)
+	BusyNs             int64   `json:"busy_ns"`             // summed wall time inside Op.Process
+	Active             int64   `json:"active"`              // ops running now
 	QueueLen           int     `json:"queue_len"`
 	QueueCap           int     `json:"queue_cap"`
 	QueueMeanOccupancy float64 `json:"queue_mean_occupancy"`
@@ -101,6 +102,7 @@ func (ep *epoch) stats(st *Stats) {
 		}
 		dst.ItemsOut = sent
 		dst.Failures = c.failures.Load()
+		dst.Abandoned = c.abandoned.Load()
 		dst.QueueLen, dst.QueueCap = len(q), cap(q)
 		if sent > 0 && cap(q) > 0 {
 			dst.QueueMeanOccupancy = float64(occ) / float64(sent) / float64(cap(q))
