@@ -301,23 +301,31 @@ func spdl_pipeline_trace_write(h C.uint64_t, path *C.char, errOut **C.char) (rc 
 }
 
 //export spdl_pipeline_free
-func spdl_pipeline_free(h C.uint64_t, wait C.int, errOut **C.char) (rc C.int) {
+func spdl_pipeline_free(h C.uint64_t, waitMs C.int64_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
 	hd, err := lookup(h)
 	if err != nil {
 		setErr(errOut, err)
 		return C.SPDL_ERROR
 	}
-	if wait == 0 {
+	switch {
+	case waitMs == 0:
 		// A finaliser may free a pipeline from one of that pipeline's own
 		// callback threads; waiting for its threads there would deadlock.
 		// The reaper goroutine ends when Stop returns.
 		hd.invalidate(h)
 		go hd.p.Stop()
 		return C.SPDL_OK
+	case waitMs < 0:
+		hd.p.Stop() // before taking the lock: a Next in flight returns once stopped
+		hd.invalidate(h)
+		return C.SPDL_OK
 	}
-	hd.p.Stop() // before taking the lock: a Next in flight returns once stopped
+	done := hd.p.StopWithin(time.Duration(waitMs) * time.Millisecond)
 	hd.invalidate(h)
+	if !done {
+		return C.SPDL_TIMEOUT
+	}
 	return C.SPDL_OK
 }
 

@@ -96,17 +96,21 @@ int spdl_probe(const char *path, const void *data, size_t data_len, char **out_j
  * spdl_pipeline_stop: cancels the running epoch and waits until all of its
  *   threads have finished; items still buffered are released. Safe twice.
  * spdl_pipeline_stats: *out_json = per-stage statistics as JSON; caller frees.
- * spdl_pipeline_free: invalidates the handle and stops the pipeline; with
- *   wait != 0 it returns once every thread of the pipeline has finished,
- *   with wait == 0 it returns at once and the stop completes in the
- *   background (for finalisers that may run on the pipeline's own threads).
+ * spdl_pipeline_free: invalidates the handle and stops the pipeline. With
+ *   wait_ms < 0 it returns once every thread of the pipeline has finished;
+ *   with wait_ms == 0 it returns at once and the stop completes in the
+ *   background (for finalisers that may run on the pipeline's own threads);
+ *   with wait_ms > 0 it waits at most that long and returns SPDL_TIMEOUT if
+ *   some thread is still inside an op (for interpreter exit: a call stuck
+ *   in Python must not hang the process). The handle is invalid after any
+ *   of them.
  */
 int spdl_pipeline_new(const char *spec_json, size_t spec_len, uint64_t *out, char **err);
 int spdl_pipeline_start(uint64_t pipeline, char **err);
 int spdl_pipeline_next(uint64_t pipeline, int64_t timeout_us, spdl_buf *out, char **err);
 int spdl_pipeline_stop(uint64_t pipeline, char **err);
 int spdl_pipeline_stats(uint64_t pipeline, char **out_json, char **err);
-int spdl_pipeline_free(uint64_t pipeline, int wait, char **err);
+int spdl_pipeline_free(uint64_t pipeline, int64_t wait_ms, char **err);
 
 /* Tracing for the Chrome / Perfetto trace viewer.
  * spdl_pipeline_trace_start: record the next max_spans op calls of every

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/spdl-go/spdl-go/core/ops"
 	"github.com/spdl-go/spdl-go/core/pipeline"
@@ -12,7 +14,7 @@ import (
 //
 //	{"source": {"kind": "python", "id": 1} | {"kind": "range", "start": 0, "stop": 10, "step": 1},
 //	 "stages": [{"kind": "pipe", "name": "decode", "concurrency": 4, "output_order": "input",
-//	             "auto": false, "max_concurrency": 0,
+//	             "auto": false, "max_concurrency": 0, "timeout_s": 0,
 //	             "max_failures": -1,
 //	             "op": {"kind": "native", "name": "identity", "options": {}} | {"kind": "python", "id": 2}},
 //	            {"kind": "aggregate", "size": 32, "drop_last": false},
@@ -43,6 +45,7 @@ type stageSpec struct {
 	Concurrency int     `json:"concurrency"`
 	Auto        bool    `json:"auto"`
 	MaxConc     int     `json:"max_concurrency"`
+	TimeoutS    float64 `json:"timeout_s"`
 	OutputOrder string  `json:"output_order"`
 	MaxFailures *int    `json:"max_failures"`
 	Size        int     `json:"size"`
@@ -90,6 +93,10 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 			st.Concurrency = s.Concurrency
 			st.AutoConcurrency = s.Auto
 			st.MaxConcurrency = s.MaxConc
+			if s.TimeoutS < 0 || math.IsNaN(s.TimeoutS) || math.IsInf(s.TimeoutS, 0) {
+				return cfg, fmt.Errorf("stage %d (%s): timeout %v: want a finite number of seconds >= 0", i, s.Name, s.TimeoutS)
+			}
+			st.Timeout = time.Duration(s.TimeoutS * float64(time.Second))
 			switch s.OutputOrder {
 			case "", "completion":
 				st.Order = pipeline.OrderCompletion

@@ -382,17 +382,37 @@ func (p *Pipeline) Next(ctx context.Context, timeout time.Duration) (any, error)
 // It returns nil: a fatal error is reported by Next and Stats, and Stop
 // after a failure or the end of data keeps that state.
 func (p *Pipeline) Stop() error {
+	p.StopWithin(-1)
+	return nil
+}
+
+// StopWithin is Stop with a bound on the wait: when the epoch's goroutines
+// have not all returned within d, it returns false and leaves them to
+// finish (and release what is left) on their own. d < 0 waits as long as it
+// takes. It is for shutting down at process exit, where an op stuck in
+// foreign code (a Python call blocked forever) must not hang the process.
+func (p *Pipeline) StopWithin(d time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ep := p.cur.Load()
 	if ep == nil {
-		return nil
+		return true
 	}
 	ep.halt(statusStopped, nil)
 	ep.cancel()
-	<-ep.finished
+	if d < 0 {
+		<-ep.finished
+	} else {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ep.finished:
+		case <-t.C:
+			return false // the waiter drains the sink once they return
+		}
+	}
 	ep.drainSink()
-	return nil
+	return true
 }
 
 // Stats returns counters of the current (or last) epoch. It is safe from

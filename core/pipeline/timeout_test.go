@@ -215,3 +215,35 @@ func TestTimeoutConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// StopWithin gives up on an op that ignores ctx (no Timeout set) and
+// reports it; the goroutines finish once the op returns.
+func TestStopWithin(t *testing.T) {
+	op := newHangOp(t, 1, true)
+	p := mustNew(t, pipeline.Config{
+		Source:     &trackedSource{n: 10, l: &ledger{}},
+		Stages:     []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: op, MaxFailures: -1}},
+		BufferSize: 1, MaxFailures: -1,
+	})
+	if !p.StopWithin(0) {
+		t.Fatal("StopWithin before Start: false")
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for op.hanging.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	t0 := time.Now()
+	if p.StopWithin(50 * time.Millisecond) {
+		t.Fatal("StopWithin returned true with an op stuck")
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("StopWithin(50ms) took %v", d)
+	}
+	op.release()
+	if !p.StopWithin(deadline) {
+		t.Fatal("StopWithin after the op returned: false")
+	}
+	goleak.VerifyNone(t)
+}

@@ -224,6 +224,8 @@ class StageStats:
     """Items out per second of the epoch's elapsed time."""
     busy_fraction: float = 0.0
     """Busy time over elapsed time times concurrency, in [0, 1]."""
+    abandoned: int = 0
+    """Calls given up after ``timeout`` (also counted in ``failures``)."""
     auto: bool = False
     """The stage was built with ``concurrency="auto"``; ``concurrency`` is the tuner's current choice."""
     max_concurrency: int = 0
@@ -249,6 +251,7 @@ class StageStats:
             latency_p99_s=int(d.get("latency_p99_ns", 0)) / 1e9,
             items_per_s=float(d.get("items_per_s", 0.0)),
             busy_fraction=float(d.get("busy_fraction", 0.0)),
+            abandoned=int(d.get("abandoned", 0)),
             auto=bool(d.get("auto", False)),
             max_concurrency=int(d.get("max_concurrency", 0)),
             tuning=d.get("tuning", "") or "",
@@ -341,13 +344,18 @@ _live: "weakref.WeakSet[Pipeline]" = weakref.WeakSet()
 _tls = threading.local()  # per-thread out-arguments for spdl_pipeline_next
 
 
+# How long interpreter exit waits for a pipeline's threads: a Python call
+# stuck forever (with no stage timeout) must not hang the process.
+_EXIT_WAIT_MS = 2000
+
+
 @atexit.register
 def _close_all() -> None:
     # Stop Go threads before the interpreter tears down what their
     # callbacks would touch.
     for p in list(_live):
         with contextlib.suppress(Exception):
-            p.close()
+            p._close(wait_ms=_EXIT_WAIT_MS)
 
 
 class Pipeline:
@@ -555,18 +563,22 @@ class Pipeline:
     def close(self) -> None:
         """Stops the pipeline, waits for its threads, and frees it; the
         object is unusable afterwards."""
-        self._close(wait=True)
+        self._close(wait_ms=-1)
 
-    def _close(self, *, wait: bool) -> None:
+    def _close(self, *, wait_ms: int) -> None:
         self._closed.set()
         h, self._handle = self._handle, 0
         if h:
             _live.discard(self)
             err = ctypes.c_void_p()
-            _lib.LIB.spdl_pipeline_free(h, int(wait), ctypes.byref(err))
+            rc = _lib.LIB.spdl_pipeline_free(h, wait_ms, ctypes.byref(err))
             if err.value:
                 _lib.LIB.spdl_free(err.value)
-            self._unregister()
+            if rc == _lib.SPDL_TIMEOUT:
+                # Interpreter exit: leave the stuck call to the OS.
+                os.write(2, b"spdl_go: at exit, a pipeline stage call had not returned after 2 s; leaving it\n")
+            else:
+                self._unregister()
         self._running = False
 
     def __del__(self) -> None:
@@ -575,7 +587,7 @@ class Pipeline:
         # may already be gone: a closed pipeline touches none of them.
         if getattr(self, "_handle", 0):
             try:
-                self._close(wait=False)
+                self._close(wait_ms=0)
             except Exception:  # noqa: BLE001 - nothing to report to in a finaliser
                 pass
 
@@ -630,6 +642,7 @@ class PipelineBuilder:
         name: str | None = None,
         output_order: OutputOrder = "completion",
         max_failures: int = -1,
+        timeout: float | None = None,
     ) -> "PipelineBuilder":
         """Adds a stage that applies ``op`` to each item.
 
@@ -652,6 +665,12 @@ class PipelineBuilder:
             max_failures: Items this stage may fail before the pipeline
                 fails; -1 means no limit. A failed item is dropped and its
                 error is kept in ``stats().recent_errors``.
+            timeout: Seconds one call of ``op`` may take; a call that runs
+                longer fails its item ("timed out"). Python code cannot be
+                interrupted, so a Python call past its timeout is abandoned:
+                the stage goes on with a fresh thread, ``stop()`` does not
+                wait for it, and its result, if it ever returns, is dropped
+                (``stats()`` counts these as ``abandoned``). None: no limit.
         """
         if not isinstance(op, NativeOp) and not callable(op):
             raise TypeError(f"pipe: op must be callable or a spdl_go.ops op, got {type(op).__name__}")
@@ -667,6 +686,10 @@ class PipelineBuilder:
             raise ValueError(f"pipe: output_order must be 'completion' or 'input', got {output_order!r}")
         if not isinstance(max_failures, int) or max_failures < -1:
             raise ValueError(f"pipe: max_failures must be an int >= -1, got {max_failures!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf")
+        ):
+            raise ValueError(f"pipe: timeout must be a number of seconds > 0 or None, got {timeout!r}")
         if name is None:
             name = op.name if isinstance(op, NativeOp) else getattr(op, "__name__", type(op).__name__)
         self._stages.append(
@@ -676,6 +699,7 @@ class PipelineBuilder:
                 "concurrency": 1 if auto else concurrency,
                 "auto": auto,
                 "max_concurrency": max_concurrency or 0,
+                "timeout_s": float(timeout or 0),
                 "output_order": output_order,
                 "max_failures": max_failures,
                 "op": op.spec() if isinstance(op, NativeOp) else {"kind": "python"},

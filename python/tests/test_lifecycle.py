@@ -5,11 +5,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 
-from spdl_go import PipelineBuilder, PipelineError
+from spdl_go import PipelineBuilder, PipelineError, _codec
 
 
 def run_python(code: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
@@ -111,3 +112,51 @@ def test_ctrl_c_while_waiting_in_get_item():
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "interrupted stopped" in out
+
+
+def test_stage_timeout_abandons_a_stuck_python_call(no_leaks):
+    release = threading.Event()
+
+    def stuck_on_3(x):
+        if x == 3:
+            release.wait(60)
+        return x
+
+    p = PipelineBuilder().add_source(range(10)).pipe(stuck_on_3, concurrency=2, timeout=0.2).add_sink(2).build()
+    try:
+        assert sorted(p) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+        s = p.stats()
+        assert (s.stages[0].failures, s.stages[0].abandoned) == (1, 1), s.format()
+        assert "timed out after 200ms" in s.recent_errors[0] and "abandoned" in s.recent_errors[0]
+        t0 = time.monotonic()
+        p.stop()
+        assert time.monotonic() - t0 < 5
+    finally:
+        p.close()
+        release.set()
+        # The abandoned call returns now; the engine drops its result.
+        deadline = time.monotonic() + 10
+        while _codec.live_objects() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def test_interpreter_exit_with_a_python_call_stuck_forever():
+    # No stage timeout: exit gives the call 2 s, then leaves it to the OS.
+    code = """
+        import threading
+        from spdl_go import PipelineBuilder
+        forever = threading.Event()
+        def f(x):
+            if x == 1:
+                forever.wait()
+            return x
+        p = PipelineBuilder().add_source(range(5)).pipe(f).add_sink().build()
+        p.start()
+        print(p.get_item(timeout=10), flush=True)
+    """
+    t0 = time.monotonic()
+    r = run_python(code, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"
+    assert "had not returned" in r.stderr
+    assert time.monotonic() - t0 < 30

@@ -384,6 +384,8 @@ def test_auto_concurrency_grows_where_threads_help(no_leaks):
         (lambda: PipelineBuilder().add_source([1]).pipe(str, max_concurrency=4), ValueError, "only applies"),
         (lambda: PipelineBuilder().add_source([1]).pipe(str, concurrency="auto", max_concurrency=0), ValueError, "max_concurrency"),
         (lambda: PipelineBuilder().add_source([1]).build(cpu_budget=0), ValueError, "cpu_budget"),
+        (lambda: PipelineBuilder().add_source([1]).pipe(str, timeout=0), ValueError, "timeout"),
+        (lambda: PipelineBuilder().add_source([1]).pipe(str, timeout="1s"), ValueError, "timeout"),
         (lambda: PipelineBuilder().add_source([1]).aggregate(0), ValueError, "num_items"),
         (lambda: PipelineBuilder().add_source([1]).add_sink(0), ValueError, "buffer_size"),
         (lambda: PipelineBuilder().add_source([1]).pipe(ops.NativeOp("nope")).build(), ValueError, "nope"),
