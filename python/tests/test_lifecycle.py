@@ -160,3 +160,48 @@ def test_interpreter_exit_with_a_python_call_stuck_forever():
     assert r.stdout.strip() == "0"
     assert "had not returned" in r.stderr
     assert time.monotonic() - t0 < 30
+
+
+def test_callables_kept_alive_by_the_pipeline(no_leaks):
+    # The builder's only reference to a stage's function and to the source
+    # is the pipeline itself; collecting garbage must not free them.
+    import gc
+    import weakref
+
+    def make():
+        def double(x):
+            return x * 2
+
+        src = iter(range(50))
+        b = PipelineBuilder().add_source(list(src)).pipe(double, concurrency=2, output_order="input")
+        return b.add_sink().build(), weakref.ref(double)
+
+    p, ref = make()
+    gc.collect()
+    assert ref() is not None
+    assert list(p) == [2 * x for x in range(50)]
+    p.close()
+    del p
+    gc.collect()
+    assert ref() is None, "a closed pipeline keeps its stage function alive"
+
+
+def test_unsupported_value_for_a_native_stage_fails_its_batch_only(no_leaks):
+    from spdl_go import ops
+
+    p = (
+        PipelineBuilder()
+        .add_source(range(8))
+        .pipe(lambda x: object() if x == 5 else x, output_order="input")
+        .aggregate(4)
+        .pipe(ops.collate(numbers="tensor"))
+        .add_sink()
+        .build()
+    )
+    import numpy as np
+
+    batches = [np.from_dlpack(b).tolist() for b in p]
+    assert batches == [[0, 1, 2, 3]]
+    (err,) = p.stats().recent_errors
+    assert "collate" in err and "sample 1 is <python object" in err
+    p.close()
