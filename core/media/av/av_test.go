@@ -40,6 +40,11 @@ func TestProbe(t *testing.T) {
 			if s.Type != "audio" || s.SampleRate != 16000 || s.Channels != 1 {
 				t.Fatalf("audio stream %+v", s)
 			}
+			// The WAV header is complete, so stream info is not read
+			// ahead; the durations must still be there.
+			if s.Duration <= 0 || info.Duration != s.Duration || info.BitRate != 256000 {
+				t.Fatalf("duration %v (stream %v), bit rate %v", info.Duration, s.Duration, info.BitRate)
+			}
 		}},
 		{"testdata/red.png", func(t *testing.T, info *av.Info) {
 			if s := info.Streams[0]; s.Width != 8 || s.Height != 6 || s.Codec != "png" {

@@ -59,6 +59,12 @@ func Probe(src Source) (*Info, error) {
 			si.Channels = par.Channels()
 		}
 		info.Streams = append(info.Streams, si)
+		// Without avformat_find_stream_info (skipped when the header is
+		// complete) the container's duration and bit rate stay unset.
+		info.Duration = max(info.Duration, si.Duration)
+		if info.BitRate == 0 {
+			info.BitRate = par.BitRate()
+		}
 	}
 	return info, nil
 }
