@@ -5,6 +5,14 @@ aspect ratios), with detail at every scale (smooth colour fields, oriented
 textures, hard-edged shapes, sensor-like noise), encoded at quality 90 with
 4:2:0 chroma subsampling, so that decoders do realistic work (about 60 KB
 a file; ImageNet's average about 110 KB).
+
+Audio-like clips (``audio_like``): 3-10 s, 44.1 or 48 kHz stereo, mixtures
+of harmonic tones with vibrato, chirps, filtered noise bursts and
+envelopes; about 70% FLAC, 30% 16-bit WAV.
+
+Video-like clips (``video_like``): 2-4 s, 25 or 30 fps, 320x240 to 640x360,
+H.264 (libx264, veryfast, GOP 30, yuv420p) in .mp4, from moving synthetic
+FFmpeg sources with added noise.
 """
 
 from __future__ import annotations
@@ -90,11 +98,205 @@ def imagenet_like(n: int = 1000, seed: int = 0, classes: int = 10) -> list[tuple
     return [(str(root / p), l) for p, l in items]
 
 
+# --------------------------------------------------------------------------
+# Audio
+# --------------------------------------------------------------------------
+
+
+def _ffmpeg(*args: str) -> None:
+    import subprocess
+
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", *args], check=True)
+
+
+def _envelope(rng: np.random.Generator, n: int, sr: int) -> np.ndarray:
+    """An attack-decay-sustain-release envelope of n samples."""
+    a = max(1, int(sr * rng.uniform(0.005, 0.2)))
+    d = max(1, int(sr * rng.uniform(0.02, 0.3)))
+    r = max(1, int(sr * rng.uniform(0.02, 0.5)))
+    s_level = rng.uniform(0.3, 0.9)
+    env = np.full(n, s_level, np.float64)
+    a, d, r = min(a, n), min(d, max(0, n - a)), min(r, n)
+    env[:a] = np.linspace(0, 1, a, endpoint=False)
+    env[a : a + d] = np.linspace(1, s_level, d, endpoint=False)
+    env[n - r :] *= np.linspace(1, 0, r)
+    return env
+
+
+def _sound_like(rng: np.random.Generator, sr: int, n: int) -> np.ndarray:
+    """(n, 2) float64 stereo in about [-1, 1]: a mixture of events."""
+    out = np.zeros((n, 2))
+    t_all = np.arange(n) / sr
+    for _ in range(int(rng.integers(4, 12))):
+        start = int(rng.integers(0, max(1, n - sr // 10)))
+        length = int(min(n - start, sr * rng.uniform(0.1, 3.0)))
+        if length < 16:
+            continue
+        t = t_all[:length]
+        kind = rng.random()
+        if kind < 0.45:  # harmonic tone with vibrato
+            f0 = rng.uniform(80, 1200)
+            vib = 1 + rng.uniform(0, 0.01) * np.sin(2 * np.pi * rng.uniform(3, 7) * t)
+            phase = 2 * np.pi * f0 * np.cumsum(vib) / sr
+            x = sum(np.sin(k * phase + rng.uniform(0, 2 * np.pi)) / k ** rng.uniform(1, 2) for k in range(1, int(rng.integers(2, 8))))
+        elif kind < 0.7:  # chirp (exponential sweep)
+            f1, f2 = rng.uniform(100, 4000), rng.uniform(100, 8000)
+            dur = t[-1] + 1 / sr
+            k = np.log(f2 / f1) / dur
+            x = np.sin(2 * np.pi * f1 * (np.exp(k * t) - 1) / k)
+        else:  # noise burst, low-passed by a moving average of random width
+            x = rng.standard_normal(length)
+            w = int(rng.integers(1, 24))
+            if w > 1:
+                x = np.convolve(x, np.ones(w) / w, mode="same") * np.sqrt(w)
+            x *= 0.5
+        x = x * _envelope(rng, length, sr) * rng.uniform(0.05, 0.35)
+        pan = rng.uniform(0, 1)
+        delay = int(rng.integers(0, 40))  # a few samples of inter-channel delay
+        out[start : start + length, 0] += x * np.sqrt(1 - pan)
+        seg = x[: max(0, min(length, n - start - delay))] * np.sqrt(pan)
+        out[start + delay : start + delay + len(seg), 1] += seg
+    out += rng.normal(0, 0.002, size=out.shape)  # background hiss
+    peak = np.abs(out).max()
+    if peak > 0.98:
+        out *= 0.98 / peak
+    return out
+
+
+def _write_wav(path: Path, x: np.ndarray, sr: int) -> None:
+    import wave
+
+    pcm = np.clip(np.round(x * 32767), -32768, 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(x.shape[1])
+        w.setsampwidth(2)
+        w.setframerate(sr)
+        w.writeframes(pcm.tobytes())
+
+
+def audio_like(n: int = 400, seed: int = 0, classes: int = 10) -> list[tuple[str, int]]:
+    """n audio clips in class folders; returns (path, label) pairs.
+
+    Each clip is 3-10 s of stereo at 44.1 or 48 kHz: a mixture of harmonic
+    tones with vibrato, exponential chirps and low-passed noise bursts, each
+    with an ADSR envelope and stereo panning, over faint hiss. About 70% are
+    FLAC (16-bit, made with the ffmpeg CLI from a WAV), the rest 16-bit PCM
+    WAV (stdlib ``wave``).
+    """
+    key = hashlib.sha1(json.dumps(["audio-like-v1", n, seed, classes]).encode()).hexdigest()[:12]
+    root = CACHE / f"audio-{n}-{seed}-{key}"
+    manifest = root / "manifest.json"
+    if manifest.exists():
+        return [(str(root / p), l) for p, l in json.loads(manifest.read_text())]
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(seed)
+    items, jobs = [], []
+    for i in range(n):
+        label = int(rng.integers(classes))
+        sr = 44100 if rng.random() < 0.5 else 48000
+        length = int(sr * rng.uniform(3.0, 10.0))
+        flac = rng.random() < 0.7
+        rel = f"class{label:03d}/clip{i:06d}." + ("flac" if flac else "wav")
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        x = _sound_like(rng, sr, length)
+        if flac:
+            tmp = path.with_suffix(".tmp.wav")
+            _write_wav(tmp, x, sr)
+            jobs.append((tmp, path))
+        else:
+            _write_wav(path, x, sr)
+        items.append((rel, label))
+
+    def encode(job: tuple[Path, Path]) -> None:
+        tmp, path = job
+        _ffmpeg("-i", str(tmp), "-c:a", "flac", str(path))
+        tmp.unlink()
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as ex:
+        list(ex.map(encode, jobs))
+    manifest.write_text(json.dumps(items))
+    return [(str(root / p), l) for p, l in items]
+
+
+# --------------------------------------------------------------------------
+# Video
+# --------------------------------------------------------------------------
+
+_VIDEO_SIZES = ((320, 240), (384, 288), (426, 240), (480, 270), (480, 360), (512, 288), (640, 360))
+
+
+def _video_codec() -> list[str]:
+    import subprocess
+
+    enc = subprocess.run(["ffmpeg", "-hide_banner", "-encoders"], capture_output=True, text=True).stdout
+    if " libx264 " in enc:
+        return ["-c:v", "libx264", "-preset", "veryfast"]
+    return ["-c:v", "mpeg4", "-q:v", "5"]  # no libx264 in this FFmpeg build
+
+
+def video_like(n: int = 40, seed: int = 0, classes: int = 10) -> list[tuple[str, int]]:
+    """n short videos in class folders; returns (path, label) pairs.
+
+    Each is 2-4 s at 25 or 30 fps, 320x240 to 640x360, made with the ffmpeg
+    CLI from a moving synthetic source (``testsrc2``, ``mandelbrot`` zoom,
+    blurred ``life``, or ``gradients``, with varied sizes and seeds) plus temporal
+    noise (``noise`` filter), encoded as H.264 with libx264 ``-preset
+    veryfast -g 30 -pix_fmt yuv420p`` in .mp4 (``+faststart``). If the
+    FFmpeg build lacks libx264, MPEG-4 part 2 (``mpeg4``) is used instead;
+    the cache key records which.
+    """
+    codec = _video_codec()
+    key = hashlib.sha1(json.dumps(["video-like-v1", n, seed, classes, codec]).encode()).hexdigest()[:12]
+    root = CACHE / f"video-{n}-{seed}-{key}"
+    manifest = root / "manifest.json"
+    if manifest.exists():
+        return [(str(root / p), l) for p, l in json.loads(manifest.read_text())]
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(seed)
+    items, jobs = [], []
+    for i in range(n):
+        label = int(rng.integers(classes))
+        w, h = _VIDEO_SIZES[int(rng.integers(len(_VIDEO_SIZES)))]
+        fps = 25 if rng.random() < 0.5 else 30
+        dur = round(float(rng.uniform(2.0, 4.0)), 2)
+        s = int(rng.integers(1 << 30))
+        kind = int(rng.integers(4))
+        if kind == 0:
+            src = f"testsrc2=size={w}x{h}:rate={fps}"
+        elif kind == 1:
+            src = f"mandelbrot=size={w}x{h}:rate={fps}:start_scale={rng.uniform(1, 3):.3f}"
+        elif kind == 2:
+            src = f"life=size={w}x{h}:rate={fps}:seed={s}:ratio=0.{int(rng.integers(1, 6))}:mold=10:life_color=#{int(rng.integers(1 << 24)):06x}:death_color=#{int(rng.integers(1 << 24)):06x}"
+        else:
+            src = f"gradients=size={w}x{h}:rate={fps}:seed={s}:speed={rng.uniform(0.01, 0.05):.3f}:nb_colors={int(rng.integers(2, 8))}"
+        hue = f"hue=h={rng.uniform(0, 360):.1f}*t/{dur}"
+        if kind == 2:  # soften the cells into blobs
+            hue = f"gblur=sigma={rng.uniform(1.5, 4):.2f},{hue}"
+        vf = f"{hue},noise=alls={int(rng.integers(4, 16))}:allf=t+u:all_seed={s % 100000},format=yuv420p"
+        rel = f"class{label:03d}/vid{i:06d}.mp4"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        jobs.append(
+            ["-f", "lavfi", "-i", src, "-t", str(dur), "-vf", vf, *codec, "-g", "30", "-pix_fmt", "yuv420p",
+             "-movflags", "+faststart", "-an", str(root / rel)]
+        )
+        items.append((rel, label))
+    with ThreadPoolExecutor(os.cpu_count() or 1) as ex:
+        list(ex.map(lambda a: _ffmpeg(*a), jobs))
+    manifest.write_text(json.dumps(items))
+    return [(str(root / p), l) for p, l in items]
+
+
 if __name__ == "__main__":
     import sys
     import time
 
+    kind = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].isdigit() else "images"
+    rest = [a for a in sys.argv[1:] if a.isdigit()]
+    make = {"images": (imagenet_like, 1000), "audio": (audio_like, 400), "video": (video_like, 40)}[kind]
     t0 = time.perf_counter()
-    items = imagenet_like(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)
+    items = make[0](int(rest[0]) if rest else make[1])
     sizes = [os.path.getsize(p) for p, _ in items]
-    print(f"{len(items)} images, mean {np.mean(sizes) / 1024:.0f} KiB, in {time.perf_counter() - t0:.1f}s")
+    print(f"{len(items)} {kind}, mean {np.mean(sizes) / 1024:.0f} KiB, in {time.perf_counter() - t0:.1f}s")

@@ -1,0 +1,385 @@
+"""spdl-go's audio pipeline against PyTorch DataLoader and SPDL, in one run.
+
+Same files (benchmarks/datasets.py audio_like: 3-10 s stereo clips at 44.1
+or 48 kHz, ~70% FLAC, ~30% 16-bit WAV), same work for every configuration:
+decode the first 4 s of each clip to float32, mix to mono, resample to
+16 kHz, crop or zero-pad to exactly 64,000 samples, and batch 16 clips into
+a float32 tensor (16, 1, 64000) plus int64 labels (16,), as torch tensors.
+Every loader decodes only what the 4 s crop needs (about 4 s of audio).
+
+Configurations:
+
+* spdl-go: ops.decode_audio(sample_rate=16000, num_channels=1,
+  num_samples=64000) (libswresample; decoding stops at 64,000 output
+  samples), concurrency = cores -> aggregate(16) -> ops.collate ->
+  torch.from_dlpack; "spdl-go auto" is the same with concurrency="auto";
+* torch DataLoader over a map-style Dataset, num_workers 0, 1, 2, 4:
+  soundfile (libsndfile, ``pip install soundfile``) reads the first 4 s
+  (+10 ms) as float32, the channels are averaged, and the result is
+  resampled to 16 kHz with torchaudio.functional.resample if torchaudio is
+  importable, else with a torch port of that same function (windowed-sinc,
+  Hann window, lowpass_filter_width 6, rolloff 0.99: the kernel is built
+  once per rate pair and applied with conv1d), then cropped/padded;
+* SPDL 0.8 (``pip install spdl``): spdl.io.demux_audio(timestamp=(0, 4)) +
+  decode_packets with get_audio_filter_desc(sample_rate=16000,
+  num_channels=1, num_frames=64000) (FFmpeg aformat, aresample, atrim, apad),
+  in spdl.pipeline.PipelineBuilder with concurrency = cores -> aggregate(16)
+  -> spdl.io.convert_frames -> spdl.io.to_torch.
+
+A configuration whose library cannot be imported is skipped, with the
+reason printed and recorded in the JSON. Each run happens in a fresh
+subprocess (benchmarks/harness.py): clips/s, CPU-seconds per 1,000 clips,
+peak RSS/PSS of the process tree, memory added by the loader, and time to
+the first batch; median of --repeat runs, interleaved.
+
+    python benchmarks/bench_audio.py [--clips 400] [--repeat 3]
+        [--json benchmarks/results/audio.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import bar_chart, markdown_table, measure, median_rows, progress, run_config, warm_page_cache  # noqa: E402
+
+CORES = os.cpu_count() or 1
+BATCH = 16
+RATE = 16000
+SECONDS = 4
+SAMPLES = RATE * SECONDS
+DL_WORKERS = (0, 1, 2, 4)
+OURS = ("spdl-go", "spdl-go auto")
+
+
+# --------------------------------------------------------------------------
+# Loaders: each yields (audio, labels) torch tensors
+# --------------------------------------------------------------------------
+
+
+def spdl_go_loader(items, concurrency):
+    from torch import from_dlpack
+    from spdl_go import PipelineBuilder, ops
+
+    auto = concurrency == "auto"
+    p = (
+        PipelineBuilder()
+        .add_source(items)
+        .pipe(
+            ops.decode_audio(sample_rate=RATE, num_channels=1, num_samples=SAMPLES),
+            concurrency="auto" if auto else int(concurrency),
+            name="decode",
+        )
+        .aggregate(BATCH)
+        .pipe(ops.collate(numbers="tensor"), name="collate")
+        .add_sink(buffer_size=4)
+        .build(num_threads=None if auto else int(concurrency) + 1)
+    )
+    try:
+        for audio, labels in p:
+            yield from_dlpack(audio), from_dlpack(labels)
+    finally:
+        p.close()
+
+
+_KERNELS: dict = {}
+_TORCHAUDIO: list = []  # [module or None], resolved on first use
+
+
+def _resample(x, orig: int, new: int):
+    """torchaudio.functional.resample(x, orig, new) (its defaults), or a
+    port of it when torchaudio is absent. x: (channels, time) float32."""
+    if not _TORCHAUDIO:
+        try:
+            import torchaudio.functional as F
+
+            _TORCHAUDIO.append(F)
+        except Exception:  # noqa: BLE001  (absent, or built for another torch)
+            _TORCHAUDIO.append(None)
+    if _TORCHAUDIO[0] is not None:
+        return _TORCHAUDIO[0].resample(x, orig, new)
+    import torch
+
+    g = math.gcd(orig, new)
+    o, n = orig // g, new // g
+    if o == n:
+        return x
+    kernel, width = _KERNELS.get((o, n)) or _KERNELS.setdefault((o, n), _sinc_kernel(o, n))
+    c, length = x.shape
+    y = torch.nn.functional.pad(x.reshape(-1, 1, length), (width, width + o))
+    y = torch.nn.functional.conv1d(y, kernel, stride=o)
+    y = y.transpose(1, 2).reshape(c, -1)
+    return y[:, : math.ceil(n * length / o)]
+
+
+def _sinc_kernel(orig: int, new: int, lowpass_filter_width: int = 6, rolloff: float = 0.99):
+    """torchaudio's _get_sinc_resample_kernel (sinc_interp_hann)."""
+    import torch
+
+    base = min(orig, new) * rolloff
+    width = math.ceil(lowpass_filter_width * orig / base)
+    idx = torch.arange(-width, width + orig, dtype=torch.float64)[None, None] / orig
+    t = torch.arange(0, -new, -1, dtype=torch.float64)[:, None, None] / new + idx
+    t *= base
+    t = t.clamp_(-lowpass_filter_width, lowpass_filter_width)
+    window = torch.cos(t * math.pi / lowpass_filter_width / 2) ** 2
+    t *= math.pi
+    scale = base / orig
+    kernels = torch.where(t == 0, torch.tensor(1.0, dtype=t.dtype), t.sin() / t)
+    kernels *= window * scale
+    return kernels.to(torch.float32), width
+
+
+class SoundFileDataset:
+    """Map-style dataset: soundfile reads the first 4 s -> mono -> resample
+    to 16 kHz -> crop/pad to 64,000 samples; returns ((1, 64000), label)."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        import soundfile as sf
+        import torch
+
+        path, label = self.items[i]
+        with sf.SoundFile(path) as f:
+            sr = f.samplerate
+            x = f.read(frames=SECONDS * sr + sr // 100, dtype="float32", always_2d=True)  # (time, ch)
+        x = torch.from_numpy(x).mean(dim=1, keepdim=True).T.contiguous()  # (1, time)
+        y = _resample(x, sr, RATE)[:, :SAMPLES]
+        if y.shape[1] < SAMPLES:
+            y = torch.nn.functional.pad(y, (0, SAMPLES - y.shape[1]))
+        return y, label
+
+
+def dataloader_loader(items, workers):
+    import torch
+
+    dl = torch.utils.data.DataLoader(
+        SoundFileDataset(items), batch_size=BATCH, num_workers=int(workers), persistent_workers=False
+    )
+    it = iter(dl)
+    try:
+        yield from it
+    finally:
+        del it  # shuts down (and reaps) the workers
+
+
+def spdl_loader(items, threads):
+    import spdl.io
+    import torch
+    from spdl.pipeline import PipelineBuilder
+
+    def decode(item):
+        path, label = item
+        packets = spdl.io.demux_audio(path, timestamp=(0.0, float(SECONDS)))
+        filter_desc = spdl.io.get_audio_filter_desc(
+            sample_rate=RATE, num_channels=1, timestamp=packets.timestamp, num_frames=SAMPLES
+        )
+        return spdl.io.decode_packets(packets, filter_desc=filter_desc), label
+
+    def collate(batch):
+        buffer = spdl.io.convert_frames([f for f, _ in batch])
+        labels = torch.tensor([l for _, l in batch], dtype=torch.int64)
+        return spdl.io.to_torch(buffer), labels
+
+    p = (
+        PipelineBuilder()
+        .add_source(items)
+        .pipe(decode, concurrency=int(threads), name="decode")
+        .aggregate(BATCH)
+        .pipe(collate, name="collate")
+        .add_sink(buffer_size=4)
+        .build(num_threads=int(threads))
+    )
+    with p.auto_stop():
+        yield from p.get_iterator(timeout=120)
+
+
+LOADERS = {"spdl-go": spdl_go_loader, "dataloader": dataloader_loader, "spdl": spdl_loader}
+
+
+def import_error(kind: str) -> str | None:
+    """Why a configuration's library cannot be imported, or None."""
+    mods = {
+        "spdl-go": ("spdl_go",),
+        "dataloader": ("torch", "soundfile"),
+        "spdl": ("spdl", "spdl.io", "spdl.pipeline"),
+    }[kind]
+    for m in mods:
+        try:
+            __import__(m)
+        except Exception as e:  # noqa: BLE001
+            return f"import {m} failed: {type(e).__name__}: {e}"
+    return None
+
+
+def configs(threads: int) -> list[tuple[str, str, str]]:
+    cs = [("spdl-go", "spdl-go", str(threads)), ("spdl-go auto", "spdl-go", "auto")]
+    cs += [(f"DataLoader+soundfile w={w}", "dataloader", str(w)) for w in DL_WORKERS]
+    cs += [("SPDL 0.8", "spdl", str(threads))]
+    return cs
+
+
+ANCHORS = {"DataLoader": "DataLoader", "SPDL 0.8": "SPDL"}  # group name -> row-name prefix
+
+
+# --------------------------------------------------------------------------
+# One measured run (executed in a fresh subprocess)
+# --------------------------------------------------------------------------
+
+
+def worker(kind: str, param: str, n_clips: int) -> dict:
+    import torch
+
+    from datasets import audio_like
+
+    items = audio_like(n_clips)
+    shapes = set()
+
+    def count(batch) -> int:
+        audio, labels = batch
+        shp = tuple(audio.shape)
+        assert audio.dtype == torch.float32 and shp[1:] == (1, SAMPLES), (audio.dtype, shp)
+        assert labels.dtype == torch.int64 and tuple(labels.shape) == (shp[0],), (labels.dtype, labels.shape)
+        shapes.add((str(audio.dtype), shp[1:], str(labels.dtype)))
+        return shp[0]
+
+    r = measure(LOADERS[kind](items, param), count, len(items))
+    r["sample"] = [list(map(str, s)) for s in sorted(shapes)]
+    return r
+
+
+# --------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------
+
+
+def ratios(rows: dict[str, dict]) -> dict:
+    """Each of our rows against the best (highest clips/s) row of each anchor."""
+    out: dict[str, dict] = {}
+    for ours in OURS:
+        if ours not in rows:
+            continue
+        go = rows[ours]
+        for group, prefix in ANCHORS.items():
+            cand = {k: v for k, v in rows.items() if k.startswith(prefix)}
+            if not cand:
+                continue
+            best = max(cand, key=lambda k: cand[k]["items_per_s"])
+            b = cand[best]
+            out[f"{ours} vs {group}"] = {
+                "best": best,
+                "throughput": go["items_per_s"] / b["items_per_s"],
+                "cpu_per_item": go["cpu_s_per_1000"] / b["cpu_s_per_1000"],
+                "peak_pss": go["peak_pss_mib"] / b["peak_pss_mib"],
+                "peak_rss": go["peak_rss_mib"] / b["peak_rss_mib"],
+            }
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--_worker":
+        print(json.dumps(worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+        return
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clips", type=int, default=400)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=CORES)
+    ap.add_argument("--json", default=str(HERE / "results" / "audio.json"))
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
+    args = ap.parse_args()
+
+    from datasets import audio_like
+
+    items = audio_like(args.clips)  # generate/cache before any timing
+    warm_page_cache(p for p, _ in items)
+
+    skipped: dict[str, str] = {}
+    cfgs = configs(args.threads)
+    for name, kind, _ in cfgs:
+        err = import_error(kind)
+        if err:
+            skipped[name] = err
+            print(f"skipping {name}: {err}", file=sys.stderr)
+    cfgs = [c for c in cfgs if c[0] not in skipped]
+
+    jobs = [c for _ in range(args.repeat) for c in cfgs]  # interleave repeats
+    bar = progress(len(jobs))
+    runs: dict[str, list[dict]] = {c[0]: [] for c in cfgs}
+    for name, kind, param in jobs:
+        if name in skipped:  # failed on an earlier repeat
+            bar.update()
+            continue
+        bar.set_description(name)
+        try:
+            runs[name].append(run_config(Path(__file__).resolve(), [kind, param, str(args.clips)], args.timeout))
+        except Exception as e:  # noqa: BLE001
+            skipped[name] = f"run failed: {e}"
+            print(f"\n{name}: run failed: {e}", file=sys.stderr)
+        bar.update()
+    bar.close()
+
+    rows = median_rows({n: r for n, r in runs.items() if n not in skipped})
+    samples = {n: r[0]["sample"] for n, r in runs.items() if r and n not in skipped}
+    same = len({json.dumps(s) for s in samples.values()}) <= 1
+
+    print(
+        f"\n{args.clips} audio clips (FLAC/WAV, 44.1/48 kHz stereo) -> 16 kHz mono, 4 s; batch {BATCH}; "
+        f"{args.threads} threads, {CORES} cores; median of {args.repeat} run(s)\n"
+    )
+    print(markdown_table(rows, "clips", skipped))
+    print("\nclips/s: " + ", ".join(f"{n} {r['items_per_s']:.1f}" for n, r in rows.items()))
+    print(
+        f"\nbatches: {next(iter(samples.values()), None)} from every configuration"
+        if same
+        else f"\nWARNING: configurations yield different batches: {samples}"
+    )
+    rat = ratios(rows)
+    if rat:
+        print()
+    for k, r in rat.items():
+        print(
+            f"{k} (best: {r['best']}): throughput x{r['throughput']:.2f}, CPU/clip x{r['cpu_per_item']:.2f}, "
+            f"peak PSS x{r['peak_pss']:.2f}, peak RSS x{r['peak_rss']:.2f}"
+        )
+
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = out.with_suffix(".png")
+    why = bar_chart(rows, png, "audio: decode 4 s + mono + resample 16 kHz + batch 16", "clips") if rows else "no rows"
+    out.write_text(
+        json.dumps(
+            {
+                "clips": args.clips,
+                "repeat": args.repeat,
+                "threads": args.threads,
+                "cores": CORES,
+                "batch": BATCH,
+                "rows": rows,
+                "runs": runs,
+                "skipped": skipped,
+                "same_batches": same,
+                "batches": samples,
+                "ratios": rat,
+                "chart": None if why else str(png),
+            },
+            indent=2,
+        )
+    )
+    print(f"\nwrote {out}" + (f" and {png}" if not why else f" (no chart: {why})"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,361 @@
+"""spdl-go's video pipeline against SPDL and PyTorch DataLoader, in one run.
+
+Same files (benchmarks/datasets.py video_like: 2-4 s H.264 .mp4 clips, 25
+or 30 fps, 320x240 to 640x360, GOP 30), same work for every configuration:
+from each clip of n frames take 8 frames evenly spaced over the clip (frame
+round(i*(n-1)/7), i = 0..7, halves up: first and last frame included),
+resize each to 112x112 (bilinear, aspect not kept), RGB uint8, and batch 4
+clips into a uint8 tensor (4, 8, 112, 112, 3) plus int64 labels (4,), as
+torch tensors. Every decoder runs with one thread per video.
+
+Configurations:
+
+* spdl-go: ops.decode_video(num_frames=8, size=(112, 112)) (decodes
+  forward, converting only the kept frames with libswscale straight into
+  the output), concurrency = cores -> aggregate(4) -> ops.collate ->
+  torch.from_dlpack; "spdl-go auto" is the same with concurrency="auto";
+* SPDL 0.8 (``pip install spdl``): spdl.io.demux_video +
+  spdl.io.sample_decode_video(packets, indices) with
+  get_video_filter_desc(scale_width=112, scale_height=112,
+  scale_algo="bilinear", scale_mode=None, pix_fmt="rgb24") (it decodes each
+  GOP only up to the last frame it needs from it, and skips GOPs it does
+  not need) -> convert_frames -> to_torch, in spdl.pipeline.PipelineBuilder
+  with concurrency = cores -> aggregate(4) -> torch.stack;
+* torch DataLoader over a PyAV (``pip install av``, wheels bundle their own
+  FFmpeg) map-style Dataset, num_workers 0 and 2: decode forward with
+  PyAV's default threading (slice threads, which an x264 stream of one
+  slice per frame cannot use), convert the kept frames with
+  ``frame.to_ndarray(width=112, height=112, format="rgb24",
+  interpolation="BILINEAR")``, stop after the last kept frame.
+
+A configuration whose library cannot be imported is skipped, with the
+reason printed and recorded in the JSON. Each run happens in a fresh
+subprocess (benchmarks/harness.py): clips/s, CPU-seconds per 1,000 clips,
+peak RSS/PSS of the process tree, memory added by the loader, and time to
+the first batch; median of --repeat runs, interleaved.
+
+    python benchmarks/bench_video.py [--clips 80] [--repeat 3]
+        [--json benchmarks/results/video.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import bar_chart, markdown_table, measure, median_rows, progress, run_config, warm_page_cache  # noqa: E402
+
+CORES = os.cpu_count() or 1
+BATCH = 4
+FRAMES = 8
+SIZE = 112
+DL_WORKERS = (0, 2)
+OURS = ("spdl-go", "spdl-go auto")
+ANCHORS = {"SPDL 0.8": "SPDL", "DataLoader": "DataLoader"}  # group name -> row-name prefix
+
+
+def frame_indices(n: int, k: int = FRAMES) -> list[int]:
+    """k frames evenly spaced over n: round(i*(n-1)/(k-1)), halves up
+    (the rule spdl-go's num_frames documents)."""
+    if k == 1:
+        return [0]
+    return [(2 * i * (n - 1) + (k - 1)) // (2 * (k - 1)) for i in range(k)]
+
+
+# --------------------------------------------------------------------------
+# Loaders: each yields (clips, labels) torch tensors
+# --------------------------------------------------------------------------
+
+
+def spdl_go_loader(items, concurrency):
+    from torch import from_dlpack
+
+    from spdl_go import PipelineBuilder, ops
+
+    auto = concurrency == "auto"
+    p = (
+        PipelineBuilder()
+        .add_source(items)
+        .pipe(
+            ops.decode_video(num_frames=FRAMES, size=(SIZE, SIZE)),
+            concurrency="auto" if auto else int(concurrency),
+            name="decode",
+        )
+        .aggregate(BATCH)
+        .pipe(ops.collate(numbers="tensor"), name="collate")
+        .add_sink(buffer_size=4)
+        .build(num_threads=None if auto else int(concurrency) + 1)
+    )
+    try:
+        for clips, labels in p:
+            yield from_dlpack(clips), from_dlpack(labels)
+    finally:
+        p.close()
+
+
+def spdl_loader(items, threads):
+    import spdl.io
+    import torch
+    from spdl.pipeline import PipelineBuilder
+
+    filter_desc = spdl.io.get_video_filter_desc(
+        scale_width=SIZE, scale_height=SIZE, scale_algo="bilinear", scale_mode=None, pix_fmt="rgb24"
+    )
+
+    def decode(item):
+        path, label = item
+        packets = spdl.io.demux_video(path)
+        frames = spdl.io.sample_decode_video(packets, frame_indices(len(packets)), filter_desc=filter_desc)
+        return spdl.io.to_torch(spdl.io.convert_frames(frames)), label
+
+    def collate(batch):
+        return torch.stack([c for c, _ in batch]), torch.tensor([l for _, l in batch], dtype=torch.int64)
+
+    p = (
+        PipelineBuilder()
+        .add_source(items)
+        .pipe(decode, concurrency=int(threads), name="decode")
+        .aggregate(BATCH)
+        .pipe(collate, name="collate")
+        .add_sink(buffer_size=4)
+        .build(num_threads=int(threads))
+    )
+    with p.auto_stop():
+        yield from p.get_iterator(timeout=300)
+
+
+class PyAVDataset:
+    """Map-style dataset: PyAV decodes forward, keeps 8 evenly spaced
+    frames resized to 112x112 RGB; returns ((8, 112, 112, 3) uint8, label)."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        import av
+        import numpy as np
+        import torch
+
+        path, label = self.items[i]
+        out = np.empty((FRAMES, SIZE, SIZE, 3), np.uint8)
+        with av.open(path) as c:
+            s = c.streams.video[0]
+            ks = frame_indices(s.frames)
+            slots: dict[int, list[int]] = {}
+            for slot, k in enumerate(ks):
+                slots.setdefault(k, []).append(slot)
+            filled, last = 0, ks[-1]
+            for j, frame in enumerate(c.decode(s)):
+                if j in slots:
+                    a = frame.to_ndarray(width=SIZE, height=SIZE, format="rgb24", interpolation="BILINEAR")
+                    for slot in slots[j]:
+                        out[slot] = a
+                        filled += 1
+                if j >= last:
+                    break
+        if filled == 0:
+            raise RuntimeError(f"{path}: no frames decoded")
+        out[filled:] = out[filled - 1]  # a clip shorter than its count: repeat the last frame
+        return torch.from_numpy(out), label
+
+
+def dataloader_loader(items, workers):
+    import torch
+
+    dl = torch.utils.data.DataLoader(
+        PyAVDataset(items), batch_size=BATCH, num_workers=int(workers), persistent_workers=False
+    )
+    it = iter(dl)
+    try:
+        yield from it
+    finally:
+        del it  # shuts down (and reaps) the workers
+
+
+LOADERS = {"spdl-go": spdl_go_loader, "spdl": spdl_loader, "dataloader": dataloader_loader}
+
+
+def import_error(kind: str) -> str | None:
+    """Why a configuration's library cannot be imported, or None."""
+    mods = {
+        "spdl-go": ("spdl_go",),
+        "spdl": ("spdl", "spdl.io", "spdl.pipeline"),
+        "dataloader": ("torch", "av"),
+    }[kind]
+    for m in mods:
+        try:
+            __import__(m)
+        except Exception as e:  # noqa: BLE001
+            return f"import {m} failed: {type(e).__name__}: {e}"
+    return None
+
+
+def configs(threads: int) -> list[tuple[str, str, str]]:
+    cs = [("spdl-go", "spdl-go", str(threads)), ("spdl-go auto", "spdl-go", "auto")]
+    cs += [("SPDL 0.8", "spdl", str(threads))]
+    cs += [(f"DataLoader+PyAV w={w}", "dataloader", str(w)) for w in DL_WORKERS]
+    return cs
+
+
+# --------------------------------------------------------------------------
+# One measured run (executed in a fresh subprocess)
+# --------------------------------------------------------------------------
+
+
+def worker(kind: str, param: str, n_clips: int) -> dict:
+    import torch
+
+    from datasets import video_like
+
+    items = video_like(n_clips)
+    shapes = set()
+
+    def count(batch) -> int:
+        clips, labels = batch
+        shp = tuple(clips.shape)
+        assert clips.dtype == torch.uint8 and shp[1:] == (FRAMES, SIZE, SIZE, 3), (clips.dtype, shp)
+        assert labels.dtype == torch.int64 and tuple(labels.shape) == (shp[0],), (labels.dtype, labels.shape)
+        shapes.add((str(clips.dtype), shp[1:], str(labels.dtype)))
+        return shp[0]
+
+    r = measure(LOADERS[kind](items, param), count, len(items))
+    r["sample"] = [list(map(str, s)) for s in sorted(shapes)]
+    return r
+
+
+# --------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------
+
+
+def ratios(rows: dict[str, dict]) -> dict:
+    """Each of our rows against the best (highest clips/s) row of each anchor."""
+    out: dict[str, dict] = {}
+    for ours in OURS:
+        if ours not in rows:
+            continue
+        go = rows[ours]
+        for group, prefix in ANCHORS.items():
+            cand = {k: v for k, v in rows.items() if k.startswith(prefix)}
+            if not cand:
+                continue
+            best = max(cand, key=lambda k: cand[k]["items_per_s"])
+            b = cand[best]
+            out[f"{ours} vs {group}"] = {
+                "best": best,
+                "throughput": go["items_per_s"] / b["items_per_s"],
+                "cpu_per_item": go["cpu_s_per_1000"] / b["cpu_s_per_1000"],
+                "peak_pss": go["peak_pss_mib"] / b["peak_pss_mib"],
+                "peak_rss": go["peak_rss_mib"] / b["peak_rss_mib"],
+            }
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--_worker":
+        print(json.dumps(worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+        return
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clips", type=int, default=80)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=CORES)
+    ap.add_argument("--json", default=str(HERE / "results" / "video.json"))
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
+    args = ap.parse_args()
+
+    from datasets import video_like
+
+    items = video_like(args.clips)  # generate/cache before any timing
+    warm_page_cache(p for p, _ in items)
+
+    skipped: dict[str, str] = {}
+    cfgs = configs(args.threads)
+    for name, kind, _ in cfgs:
+        err = import_error(kind)
+        if err:
+            skipped[name] = err
+            print(f"skipping {name}: {err}", file=sys.stderr)
+    cfgs = [c for c in cfgs if c[0] not in skipped]
+
+    jobs = [c for _ in range(args.repeat) for c in cfgs]  # interleave repeats
+    bar = progress(len(jobs))
+    runs: dict[str, list[dict]] = {c[0]: [] for c in cfgs}
+    for name, kind, param in jobs:
+        if name in skipped:  # failed on an earlier repeat
+            bar.update()
+            continue
+        bar.set_description(name)
+        try:
+            runs[name].append(run_config(Path(__file__).resolve(), [kind, param, str(args.clips)], args.timeout))
+        except Exception as e:  # noqa: BLE001
+            skipped[name] = f"run failed: {e}"
+            print(f"\n{name}: run failed: {e}", file=sys.stderr)
+        bar.update()
+    bar.close()
+
+    rows = median_rows({n: r for n, r in runs.items() if n not in skipped})
+    samples = {n: r[0]["sample"] for n, r in runs.items() if r and n not in skipped}
+    same = len({json.dumps(s) for s in samples.values()}) <= 1
+
+    print(
+        f"\n{args.clips} H.264 clips (2-4 s, 320x240-640x360) -> {FRAMES} frames at {SIZE}x{SIZE} RGB; "
+        f"batch {BATCH}; {args.threads} threads, {CORES} cores; median of {args.repeat} run(s)\n"
+    )
+    print(markdown_table(rows, "clips", skipped))
+    print("\nclips/s: " + ", ".join(f"{n} {r['items_per_s']:.1f}" for n, r in rows.items()))
+    print(
+        f"\nbatches: {next(iter(samples.values()), None)} from every configuration"
+        if same
+        else f"\nWARNING: configurations yield different batches: {samples}"
+    )
+    rat = ratios(rows)
+    if rat:
+        print()
+    for k, r in rat.items():
+        print(
+            f"{k} (best: {r['best']}): throughput x{r['throughput']:.2f}, CPU/clip x{r['cpu_per_item']:.2f}, "
+            f"peak PSS x{r['peak_pss']:.2f}, peak RSS x{r['peak_rss']:.2f}"
+        )
+
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = out.with_suffix(".png")
+    why = (
+        bar_chart(rows, png, f"video: {FRAMES} frames evenly spaced, {SIZE}x{SIZE} RGB, batch {BATCH}", "clips")
+        if rows
+        else "no rows"
+    )
+    out.write_text(
+        json.dumps(
+            {
+                "clips": args.clips,
+                "repeat": args.repeat,
+                "threads": args.threads,
+                "cores": CORES,
+                "batch": BATCH,
+                "rows": rows,
+                "runs": runs,
+                "skipped": skipped,
+                "same_batches": same,
+                "batches": samples,
+                "ratios": rat,
+                "chart": None if why else str(png),
+            },
+            indent=2,
+        )
+    )
+    print(f"\nwrote {out}" + (f" and {png}" if not why else f" (no chart: {why})"))
+
+
+if __name__ == "__main__":
+    main()
