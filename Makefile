@@ -81,7 +81,7 @@ py-test:
 py-test-dev: build
 	PYTHONPATH=python $(PY) -m pytest -q python/tests
 
-BENCH_PIP = "spdl==0.8.0" tqdm matplotlib soundfile
+BENCH_PIP = "spdl==0.8.0" tqdm matplotlib soundfile av
 
 ## bench: engine overhead per item and per batch; image pipeline vs decode-only
 ## limit; side by side with torch DataLoader and SPDL (results in benchmarks/results/)
