@@ -14,15 +14,24 @@ import (
 // back; lowering it is taking one, which waits for some worker to finish
 // its item. Parked workers cost a goroutine each and nothing per item.
 //
-// The tuner is a hill climber on measured throughput. Every window (at
-// least Config.TuneInterval and enough items to mean something) it reads
-// the items the stage finished and its busy time, then:
+// The tuner is a hill climber on measured throughput. It starts from the
+// stage's share of the CPU budget (Config.CPUBudget over the number of auto
+// stages, at most MaxConcurrency), unless Concurrency sets the start: where
+// someone tuning by hand would start, so that a short epoch does not pay
+// for a climb from 1. Every window (at least Config.TuneInterval and enough
+// items to mean something) it reads the items the stage finished and its
+// busy time, then:
 //
 //   - measure: the rate at the current limit becomes the baseline. If the
 //     workers were busy (not starved by the stage before, not blocked by
-//     the stage after) and the CPU budget has room, it probes limit+1.
-//   - probe: if limit+1 beat the baseline by minGain, keep it and probe
-//     again; otherwise go back to the previous limit and settle.
+//     the stage after) and the CPU budget has room, it probes limit+1;
+//     otherwise, above 1, it probes limit-1.
+//   - probe up: if limit+1 beat the baseline by minGain, keep it and probe
+//     up again; otherwise go back and, above 1, probe down from there.
+//   - probe down: if limit-1 kept the throughput (within maxLoss of the
+//     baseline) or its workers were idle half the time, keep it (fewer
+//     threads for the same work) and probe down again; otherwise go back
+//     (if the budget still has room) and settle.
 //   - settled: after reprobeWindows windows, measure again, so that a
 //     change in the data or in the machine's load is followed.
 //
@@ -32,7 +41,9 @@ import (
 
 const (
 	defaultTuneInterval = 100 * time.Millisecond
-	minGain             = 0.05 // a probe must beat the baseline by 5%
+	minGain             = 0.05 // a probe up must beat the baseline by 5%
+	maxLoss             = 0.05 // a probe down may lose at most 5%
+	idleToShed          = 0.5  // workers busier than this may not do with one fewer
 	busyToGrow          = 0.75 // workers busier than this may use one more
 	reprobeWindows      = 30
 	minWindowItems      = 8 // per worker allowed, at least
@@ -43,12 +54,13 @@ type tunePhase int
 
 const (
 	phaseMeasure tunePhase = iota
-	phaseProbe
+	phaseProbeUp
+	phaseProbeDown
 	phaseSettled
 )
 
 func (ph tunePhase) String() string {
-	return [...]string{"measuring", "probing", "settled"}[ph]
+	return [...]string{"measuring", "probing up", "probing down", "settled"}[ph]
 }
 
 // tuner is an auto stage's persistent state; only the epoch's controller
@@ -67,25 +79,54 @@ type tuner struct {
 // says whether the CPU budget allows one more worker.
 func (t *tuner) step(rate, busy float64, room bool) int {
 	grow := t.limit < t.max && room && busy >= busyToGrow
+	settle := func() int {
+		t.phase, t.settled = phaseSettled, 0
+		return t.limit
+	}
 	switch t.phase {
 	case phaseMeasure:
 		t.base = rate
 		if grow {
-			t.phase = phaseProbe
+			t.phase = phaseProbeUp
 			return t.limit + 1
 		}
-		t.phase, t.settled = phaseSettled, 0
-	case phaseProbe:
+		if t.limit > 1 {
+			t.phase = phaseProbeDown
+			return t.limit - 1
+		}
+		return settle()
+	case phaseProbeUp:
 		if rate >= t.base*(1+minGain) {
 			t.base = rate
 			if grow {
 				return t.limit + 1
 			}
-			t.phase, t.settled = phaseSettled, 0
-			return t.limit
+			return settle()
+		}
+		// Back to the baseline, then see whether one fewer does as well.
+		// (The baseline's rate stands for the limit it was measured at.)
+		if t.limit-1 > 1 {
+			t.phase = phaseProbeDown
+			return t.limit - 2
 		}
 		t.phase, t.settled = phaseSettled, 0
 		return t.limit - 1
+	case phaseProbeDown:
+		// Fewer threads are as good if the throughput held (against the
+		// baseline of the limit the descent started from, so that small
+		// losses do not add up) or the remaining workers still idle half
+		// the time (then they are not what limits the stage).
+		if rate >= t.base*(1-maxLoss) || busy < idleToShed {
+			if t.limit > 1 {
+				return t.limit - 1
+			}
+			return settle()
+		}
+		t.phase, t.settled = phaseSettled, 0
+		if !room {
+			return t.limit // another auto stage took the freed worker
+		}
+		return t.limit + 1
 	case phaseSettled:
 		t.settled++
 		if t.settled >= reprobeWindows {

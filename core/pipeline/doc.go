@@ -84,15 +84,16 @@
 // # Automatic concurrency
 //
 // A pipe stage with AutoConcurrency starts MaxConcurrency workers and lets
-// a tuner decide how many of them work: it starts from Concurrency (1 by
-// default), measures the stage's throughput over windows of at least
-// Config.TuneInterval, adds one worker while each addition raises the
-// throughput by 5% or more and the workers are busy, and goes back one
-// step when an addition did not help. All auto stages together stay within
-// Config.CPUBudget workers. The choice carries over to the next epoch and
-// is re-checked every 30 windows. Stats reports it (Concurrency, Auto,
-// MaxConcurrency, Tuning). A gate token per item costs about 100 ns, which
-// is small next to the decode-sized ops this is meant for.
+// a tuner decide how many of them work: it starts from Concurrency (by
+// default the stage's share of Config.CPUBudget), measures the stage's
+// throughput over windows of at least Config.TuneInterval, adds a worker
+// while each addition raises the throughput by 5% or more and the workers
+// are busy, and removes one while that costs less than 5% or the workers
+// idle half the time. All auto stages together stay within the budget.
+// The choice carries over to the next epoch and is re-checked every 30
+// windows. Stats reports it (Concurrency, Auto, MaxConcurrency, Tuning). A
+// gate token per item costs about 100 ns, which is small next to the
+// decode-sized ops this is meant for.
 //
 // # Cost
 //

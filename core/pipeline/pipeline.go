@@ -118,9 +118,9 @@ type StageConfig struct {
 	Size        int   // KindAggregate, >= 1
 	DropLast    bool  // KindAggregate: drop a last, partial group
 	// AutoConcurrency (KindPipe) lets the engine choose how many of the
-	// stage's workers run, online, by measured throughput: from
-	// Concurrency (0 means 1) up to MaxConcurrency, within
-	// Config.CPUBudget. See autotune.go for the method.
+	// stage's workers run, online, by measured throughput: between 1 and
+	// MaxConcurrency, within Config.CPUBudget, starting from Concurrency
+	// (0 means the stage's share of the budget). See autotune.go.
 	AutoConcurrency bool
 	MaxConcurrency  int // with AutoConcurrency; 0 means Config.CPUBudget
 	// Timeout (KindPipe), if > 0, bounds each Op.Process call: at the
@@ -223,7 +223,7 @@ func New(cfg Config) (*Pipeline, error) {
 			if sc.Concurrency < 0 {
 				return nil, bad("Concurrency must be >= 1 (0 means 1), got %d", sc.Concurrency)
 			}
-			if sc.Concurrency == 0 {
+			if sc.Concurrency == 0 && !sc.AutoConcurrency {
 				sc.Concurrency = 1
 			}
 			if sc.Order != OrderCompletion && sc.Order != OrderInput {
@@ -238,6 +238,10 @@ func New(cfg Config) (*Pipeline, error) {
 				}
 				if sc.Concurrency > sc.MaxConcurrency {
 					return nil, bad("Concurrency (the starting point, %d) must be <= MaxConcurrency (%d)", sc.Concurrency, sc.MaxConcurrency)
+				}
+				if sc.Concurrency == 0 {
+					// The stage's share of the budget (at least 1).
+					sc.Concurrency = min(sc.MaxConcurrency, max(1, cfg.CPUBudget/autoStages(cfg.Stages)))
 				}
 			} else if sc.MaxConcurrency != 0 {
 				return nil, bad("MaxConcurrency is set (%d) but AutoConcurrency is not", sc.MaxConcurrency)
@@ -280,6 +284,16 @@ func New(cfg Config) (*Pipeline, error) {
 		}
 	}
 	return p, nil
+}
+
+func autoStages(ss []StageConfig) int {
+	n := 0
+	for _, s := range ss {
+		if s.AutoConcurrency {
+			n++
+		}
+	}
+	return max(n, 1)
 }
 
 // Start begins an epoch: it calls Source.Open and starts the stages. It

@@ -649,11 +649,12 @@ class PipelineBuilder:
         Args:
             op: A Python callable (sync or async) or a native op from ``spdl_go.ops``.
             concurrency: How many items the stage works on at once, or
-                ``"auto"``: the engine measures the stage's throughput while
-                it runs and adds threads one at a time while each one
-                raises it by 5% or more, up to ``max_concurrency`` and within
-                ``build(cpu_budget=)``; it keeps the choice across epochs and
-                re-checks it now and then. ``stats()`` shows the current
+                ``"auto"``: the engine starts the stage at its share of
+                ``build(cpu_budget=)``, measures its throughput while it
+                runs, adds a thread while each one raises it by 5% or more
+                (up to ``max_concurrency``, within the budget) and removes
+                one while that costs less than 5% or the threads idle; it
+                keeps the choice across epochs and re-checks it now and then. ``stats()`` shows the current
                 choice and the tuner's state. Meant for native ops; a Python
                 stage on a GIL build gains nothing from more threads, and
                 the tuner will find that out.
