@@ -28,6 +28,8 @@ func BenchmarkDecode(b *testing.B) {
 		{"mp3/to_8k", formats[2], 10, audio.Options{SampleRate: 8000}, 10},
 		{"mp3/1s_crop_at_5s", formats[2], 10, audio.Options{Start: 5, NumSamples: 16000}, 1},
 		{"wav/tiny", formats[0], 0.1, audio.Options{}, 0.1},
+		// 4 s of a 10 s WAV: costs 4 s of reading, not a probe of the file
+		{"wav/4s_of_10s", formats[0], 10, audio.Options{NumSamples: 64000}, 4},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {

@@ -135,7 +135,21 @@ func Open(src Source, opts OpenOptions) (in *Input, err error) {
 			return in, Errorf(src, "open", "FFmpeg has no input format %q", opts.Format)
 		}
 	}
-	if err = fc.OpenInput(url, format, nil); err != nil {
+	var dict *astiav.Dictionary
+	if !opts.SkipStreamInfo && isWAV(src) {
+		// FFmpeg's WAV demuxer asks for its PCM to be probed for other
+		// codecs (S/PDIF, MP3) hidden in it; the probe holds packets back
+		// and re-reads them until `probesize` bytes (5 MB) have been read,
+		// which made reading a WAV cost 10-15 ms whatever part of it was
+		// wanted. A tiny probesize ends that probe at the first packet;
+		// the header's PCM parameters stand.
+		dict = astiav.NewDictionary()
+		defer dict.Free()
+		if err = dict.Set("probesize", "32", astiav.NewDictionaryFlags()); err != nil {
+			return in, wrap(src, "open", err)
+		}
+	}
+	if err = fc.OpenInput(url, format, dict); err != nil {
 		// avformat_open_input frees the context on failure.
 		in.FC = nil
 		return in, wrap(src, "open", fmt.Errorf("not a media file FFmpeg can read: %w", err))
@@ -146,6 +160,29 @@ func Open(src Source, opts OpenOptions) (in *Input, err error) {
 		}
 	}
 	return in, nil
+}
+
+// isWAV reports whether src starts like a RIFF/RF64/BW64 WAVE file.
+func isWAV(src Source) bool {
+	head := src.Data
+	if head == nil {
+		f, err := os.Open(src.Path)
+		if err != nil {
+			return false // Open reports it
+		}
+		var b [12]byte
+		n, _ := io.ReadFull(f, b[:])
+		f.Close()
+		head = b[:n]
+	}
+	if len(head) < 12 || string(head[8:12]) != "WAVE" {
+		return false
+	}
+	switch string(head[:4]) {
+	case "RIFF", "RF64", "BW64":
+		return true
+	}
+	return false
 }
 
 // headerComplete reports whether the container's header already gives
