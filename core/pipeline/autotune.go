@@ -25,9 +25,11 @@ import (
 //   - measure: the rate at the current limit becomes the baseline. If the
 //     workers were busy (not starved by the stage before, not blocked by
 //     the stage after) and the CPU budget has room, it probes limit+1;
-//     otherwise, above 1, it probes limit-1.
+//     otherwise, above 1, it probes limit-1 if the workers idled half the
+//     time, or if this is a re-check (a probe down from busy workers
+//     usually costs a window of throughput, which a short epoch would feel).
 //   - probe up: if limit+1 beat the baseline by minGain, keep it and probe
-//     up again; otherwise go back and, above 1, probe down from there.
+//     up again; otherwise go back and, on a re-check, probe down from there.
 //   - probe down: if limit-1 kept the throughput (within maxLoss of the
 //     baseline) or its workers were idle half the time, keep it (fewer
 //     threads for the same work) and probe down again; otherwise go back
@@ -72,6 +74,7 @@ type tuner struct {
 	base    float64 // items/s at the baseline limit
 	settled int     // windows since settling
 	changes int     // limit changes so far, over all epochs
+	reprobe bool    // this measure phase is a re-check, not an epoch's start
 	status  string  // for Stats; under Pipeline.tuneMu
 }
 
@@ -90,7 +93,10 @@ func (t *tuner) step(rate, busy float64, room bool) int {
 			t.phase = phaseProbeUp
 			return t.limit + 1
 		}
-		if t.limit > 1 {
+		// Probing down from busy workers usually costs throughput for a
+		// window, so it waits for a re-check, when the stage has run a
+		// while at its setting; idle workers are shed at once.
+		if t.limit > 1 && (t.reprobe || busy < idleToShed) {
 			t.phase = phaseProbeDown
 			return t.limit - 1
 		}
@@ -103,9 +109,10 @@ func (t *tuner) step(rate, busy float64, room bool) int {
 			}
 			return settle()
 		}
-		// Back to the baseline, then see whether one fewer does as well.
-		// (The baseline's rate stands for the limit it was measured at.)
-		if t.limit-1 > 1 {
+		// Back to the baseline, then (on a re-check) see whether one
+		// fewer does as well. (The baseline's rate stands for the limit
+		// it was measured at.)
+		if t.limit-1 > 1 && t.reprobe {
 			t.phase = phaseProbeDown
 			return t.limit - 2
 		}
@@ -130,7 +137,7 @@ func (t *tuner) step(rate, busy float64, room bool) int {
 	case phaseSettled:
 		t.settled++
 		if t.settled >= reprobeWindows {
-			t.phase = phaseMeasure
+			t.phase, t.reprobe = phaseMeasure, true
 		}
 	}
 	return t.limit

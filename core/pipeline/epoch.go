@@ -159,7 +159,7 @@ func (ep *epoch) launch(it Iterator) {
 			c := ep.counters[i+1]
 			var held int
 			c.gate, held = newGate(t)
-			t.phase = phaseMeasure // re-baseline: this epoch's data may differ
+			t.phase, t.reprobe = phaseMeasure, false // re-baseline: this epoch's data may differ
 			auto = append(auto, &autoWindow{s: &ep.p.stages[i], c: c, held: held, discard: true})
 		}
 	}
