@@ -48,7 +48,17 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import bar_chart, markdown_table, measure, median_rows, progress, run_config, warm_page_cache  # noqa: E402
+from harness import (  # noqa: E402
+    anchor_ratios,
+    markdown_table,
+    measure,
+    median_rows,
+    print_anchor_ratios,
+    run_all,
+    same_batches,
+    warm_page_cache,
+    write_results,
+)
 
 CORES = os.cpu_count() or 1
 BATCH = 16
@@ -265,29 +275,6 @@ def worker(kind: str, param: str, n_clips: int) -> dict:
 # --------------------------------------------------------------------------
 
 
-def ratios(rows: dict[str, dict]) -> dict:
-    """Each of our rows against the best (highest clips/s) row of each anchor."""
-    out: dict[str, dict] = {}
-    for ours in OURS:
-        if ours not in rows:
-            continue
-        go = rows[ours]
-        for group, prefix in ANCHORS.items():
-            cand = {k: v for k, v in rows.items() if k.startswith(prefix)}
-            if not cand:
-                continue
-            best = max(cand, key=lambda k: cand[k]["items_per_s"])
-            b = cand[best]
-            out[f"{ours} vs {group}"] = {
-                "best": best,
-                "throughput": go["items_per_s"] / b["items_per_s"],
-                "cpu_per_item": go["cpu_s_per_1000"] / b["cpu_s_per_1000"],
-                "peak_pss": go["peak_pss_mib"] / b["peak_pss_mib"],
-                "peak_rss": go["peak_rss_mib"] / b["peak_rss_mib"],
-            }
-    return out
-
-
 def main() -> None:
     if len(sys.argv) == 5 and sys.argv[1] == "--_worker":
         print(json.dumps(worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
@@ -315,25 +302,9 @@ def main() -> None:
             print(f"skipping {name}: {err}", file=sys.stderr)
     cfgs = [c for c in cfgs if c[0] not in skipped]
 
-    jobs = [c for _ in range(args.repeat) for c in cfgs]  # interleave repeats
-    bar = progress(len(jobs))
-    runs: dict[str, list[dict]] = {c[0]: [] for c in cfgs}
-    for name, kind, param in jobs:
-        if name in skipped:  # failed on an earlier repeat
-            bar.update()
-            continue
-        bar.set_description(name)
-        try:
-            runs[name].append(run_config(Path(__file__).resolve(), [kind, param, str(args.clips)], args.timeout))
-        except Exception as e:  # noqa: BLE001
-            skipped[name] = f"run failed: {e}"
-            print(f"\n{name}: run failed: {e}", file=sys.stderr)
-        bar.update()
-    bar.close()
+    runs = run_all(__file__, cfgs, [str(args.clips)], args.repeat, args.timeout, skipped)
 
-    rows = median_rows({n: r for n, r in runs.items() if n not in skipped})
-    samples = {n: r[0]["sample"] for n, r in runs.items() if r and n not in skipped}
-    same = len({json.dumps(s) for s in samples.values()}) <= 1
+    rows = median_rows(runs)
 
     print(
         f"\n{args.clips} audio clips (FLAC/WAV, 44.1/48 kHz stereo) -> 16 kHz mono, 4 s; batch {BATCH}; "
@@ -341,44 +312,13 @@ def main() -> None:
     )
     print(markdown_table(rows, "clips", skipped))
     print("\nclips/s: " + ", ".join(f"{n} {r['items_per_s']:.1f}" for n, r in rows.items()))
-    print(
-        f"\nbatches: {next(iter(samples.values()), None)} from every configuration"
-        if same
-        else f"\nWARNING: configurations yield different batches: {samples}"
-    )
-    rat = ratios(rows)
-    if rat:
-        print()
-    for k, r in rat.items():
-        print(
-            f"{k} (best: {r['best']}): throughput x{r['throughput']:.2f}, CPU/clip x{r['cpu_per_item']:.2f}, "
-            f"peak PSS x{r['peak_pss']:.2f}, peak RSS x{r['peak_rss']:.2f}"
-        )
+    samples, same = same_batches(runs)
+    rat = anchor_ratios(rows, OURS, ANCHORS)
+    print_anchor_ratios(rat, "clip")
 
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    png = out.with_suffix(".png")
-    why = bar_chart(rows, png, "audio: decode 4 s + mono + resample 16 kHz + batch 16", "clips") if rows else "no rows"
-    out.write_text(
-        json.dumps(
-            {
-                "clips": args.clips,
-                "repeat": args.repeat,
-                "threads": args.threads,
-                "cores": CORES,
-                "batch": BATCH,
-                "rows": rows,
-                "runs": runs,
-                "skipped": skipped,
-                "same_batches": same,
-                "batches": samples,
-                "ratios": rat,
-                "chart": None if why else str(png),
-            },
-            indent=2,
-        )
-    )
-    print(f"\nwrote {out}" + (f" and {png}" if not why else f" (no chart: {why})"))
+    meta = {"clips": args.clips, "repeat": args.repeat, "threads": args.threads, "cores": CORES, "batch": BATCH}
+    meta |= {"same_batches": same, "batches": samples, "ratios": rat}
+    write_results(args.json, meta, rows, runs, skipped, "audio: decode 4 s + mono + resample 16 kHz + batch 16", "clips")
 
 
 if __name__ == "__main__":

@@ -280,23 +280,8 @@ def main() -> None:
         print(f"skipping SPDL 0.8: import failed: {err}", file=sys.stderr)
         cfgs = [c for c in cfgs if c[0] not in skipped]
 
-    jobs = [c for _ in range(args.repeat) for c in cfgs]  # interleave repeats
-    bar = harness.progress(len(jobs))
-    runs: dict[str, list[dict]] = {c[0]: [] for c in cfgs}
-    for name, kind, param in jobs:
-        if name in skipped:
-            bar.update()
-            continue
-        bar.set_description(name)
-        try:
-            runs[name].append(harness.run_config(Path(__file__).resolve(), [kind, param, str(args.images)], args.timeout))
-        except Exception as e:  # noqa: BLE001
-            skipped[name] = f"run failed: {e}"
-            print(f"\n{name}: run failed: {e}", file=sys.stderr)
-        bar.update()
-    bar.close()
-
-    rows = harness.median_rows({n: r for n, r in runs.items() if n not in skipped})
+    runs = harness.run_all(__file__, cfgs, [str(args.images)], args.repeat, args.timeout, skipped)
+    rows = harness.median_rows(runs)
     print(
         f"\n{args.images} ImageNet-like JPEGs, decode + resize 256 + center crop 224, batch {BATCH}, "
         f"{CORES} cores, median of {args.repeat} run(s)\n"
@@ -305,28 +290,8 @@ def main() -> None:
     r = ratios(rows)
     print_ratios(r)
 
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    png = out.with_suffix(".png")
-    why = harness.bar_chart(rows, png, "decode + resize 256 + center crop 224 + batch 32", "images") if rows else "no rows"
-    out.write_text(
-        json.dumps(
-            {
-                "benchmark": "image",
-                "images": args.images,
-                "repeat": args.repeat,
-                "cores": CORES,
-                "batch": BATCH,
-                "rows": rows,
-                "runs": runs,
-                "skipped": skipped,
-                "ratios": r,
-                "chart": None if why else str(png),
-            },
-            indent=2,
-        )
-    )
-    print(f"\nwrote {out}" + (f" and {png}" if not why else f" (no chart: {why})"))
+    meta = {"benchmark": "image", "images": args.images, "repeat": args.repeat, "cores": CORES, "batch": BATCH, "ratios": r}
+    harness.write_results(args.json, meta, rows, runs, skipped, "decode + resize 256 + center crop 224 + batch 32", "images")
 
 
 if __name__ == "__main__":

@@ -244,3 +244,87 @@ def progress(total: int):
 def warm_page_cache(paths: Iterable[str]) -> None:
     for p in paths:
         Path(p).read_bytes()
+
+
+def run_all(
+    script: str | Path, cfgs: list[tuple[str, str, str]], extra: list[str], repeat: int, timeout: float, skipped: dict[str, str]
+) -> dict[str, list[dict]]:
+    """Runs each (name, kind, param) configuration ``repeat`` times, repeats
+    interleaved, each in a fresh process (``script --_worker kind param
+    *extra``). A configuration whose run fails is recorded in ``skipped``
+    with the reason and not run again."""
+    jobs = [c for _ in range(repeat) for c in cfgs if c[0] not in skipped]
+    bar = progress(len(jobs))
+    runs: dict[str, list[dict]] = {c[0]: [] for c in cfgs if c[0] not in skipped}
+    for name, kind, param in jobs:
+        if name in skipped:  # failed on an earlier repeat
+            bar.update()
+            continue
+        bar.set_description(name)
+        try:
+            runs[name].append(run_config(Path(script).resolve(), [kind, param, *extra], timeout))
+        except Exception as e:  # noqa: BLE001
+            skipped[name] = f"run failed: {e}"
+            print(f"\n{name}: run failed: {e}", file=sys.stderr)
+        bar.update()
+    bar.close()
+    return {n: r for n, r in runs.items() if n not in skipped}
+
+
+def anchor_ratios(rows: dict[str, dict], ours: Iterable[str], anchors: dict[str, str]) -> dict[str, dict]:
+    """Each of our rows against the best (highest items/s) row of each
+    anchor; ``anchors`` maps a group name to its rows' name prefix."""
+    out: dict[str, dict] = {}
+    for name in ours:
+        if name not in rows:
+            continue
+        go = rows[name]
+        for group, prefix in anchors.items():
+            cand = {k: v for k, v in rows.items() if k.startswith(prefix)}
+            if not cand:
+                continue
+            best = max(cand, key=lambda k: cand[k]["items_per_s"])
+            b = cand[best]
+            out[f"{name} vs {group}"] = {
+                "best": best,
+                "throughput": go["items_per_s"] / b["items_per_s"],
+                "cpu_per_item": go["cpu_s_per_1000"] / b["cpu_s_per_1000"],
+                "peak_pss": go["peak_pss_mib"] / b["peak_pss_mib"],
+                "peak_rss": go["peak_rss_mib"] / b["peak_rss_mib"],
+            }
+    return out
+
+
+def print_anchor_ratios(rat: dict[str, dict], unit: str) -> None:
+    if rat:
+        print()
+    for k, r in rat.items():
+        print(
+            f"{k} (best: {r['best']}): throughput x{r['throughput']:.2f}, CPU/{unit} x{r['cpu_per_item']:.2f}, "
+            f"peak PSS x{r['peak_pss']:.2f}, peak RSS x{r['peak_rss']:.2f}"
+        )
+
+
+def same_batches(runs: dict[str, list[dict]]) -> tuple[dict[str, Any], bool]:
+    """The batch description each configuration's worker recorded ("sample"),
+    and whether they all agree; prints which."""
+    samples = {n: r[0]["sample"] for n, r in runs.items() if r and "sample" in r[0]}
+    same = len({json.dumps(s) for s in samples.values()}) <= 1
+    print(
+        f"\nbatches: {next(iter(samples.values()), None)} from every configuration"
+        if same
+        else f"\nWARNING: configurations yield different batches: {samples}"
+    )
+    return samples, same
+
+
+def write_results(path: str | Path, meta: dict, rows: dict, runs: dict, skipped: dict, title: str, unit: str) -> None:
+    """Writes the JSON results (``meta`` plus rows, runs and skipped) and a
+    PNG chart next to it, and says where."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = out.with_suffix(".png")
+    why = bar_chart(rows, png, title, unit) if rows else "no rows"
+    doc = {**meta, "rows": rows, "runs": runs, "skipped": skipped, "chart": None if why else str(png)}
+    out.write_text(json.dumps(doc, indent=2))
+    print(f"\nwrote {out}" + (f" and {png}" if not why else f" (no chart: {why})"))

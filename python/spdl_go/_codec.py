@@ -15,7 +15,6 @@ import struct
 import threading
 from typing import Any
 
-from . import _lib
 from ._buffers import ArrowArray, Tensor
 
 _U64 = struct.Struct("<Q")

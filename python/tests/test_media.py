@@ -128,7 +128,6 @@ def jpegs(tmp_path_factory):
     from PIL import Image
 
     d = tmp_path_factory.mktemp("jpegs")
-    rng = np.random.default_rng(0)
     items = []
     for i in range(40):
         h, w = (375, 500) if i % 3 else (500, 375)
