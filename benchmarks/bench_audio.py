@@ -38,8 +38,6 @@ the first batch; median of --repeat runs, interleaved.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import sys
@@ -48,17 +46,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import (  # noqa: E402
-    anchor_ratios,
-    markdown_table,
-    measure,
-    median_rows,
-    print_anchor_ratios,
-    run_all,
-    same_batches,
-    warm_page_cache,
-    write_results,
-)
+from harness import ItemsDataset, clips_main, measure  # noqa: E402
 
 CORES = os.cpu_count() or 1
 BATCH = 16
@@ -147,15 +135,9 @@ def _sinc_kernel(orig: int, new: int, lowpass_filter_width: int = 6, rolloff: fl
     return kernels.to(torch.float32), width
 
 
-class SoundFileDataset:
+class SoundFileDataset(ItemsDataset):
     """Map-style dataset: soundfile reads the first 4 s -> mono -> resample
     to 16 kHz -> crop/pad to 64,000 samples; returns ((1, 64000), label)."""
-
-    def __init__(self, items):
-        self.items = items
-
-    def __len__(self) -> int:
-        return len(self.items)
 
     def __getitem__(self, i):
         import soundfile as sf
@@ -275,50 +257,28 @@ def worker(kind: str, param: str, n_clips: int) -> dict:
 # --------------------------------------------------------------------------
 
 
+def header(args) -> str:
+    return f"{args.clips} audio clips (FLAC/WAV, 44.1/48 kHz stereo) -> 16 kHz mono, 4 s; batch {BATCH}"
+
+
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--_worker":
-        print(json.dumps(worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
-        return
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--clips", type=int, default=400)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=CORES)
-    ap.add_argument("--json", default=str(HERE / "results" / "audio.json"))
-    ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
-    args = ap.parse_args()
-
     from datasets import audio_like
 
-    items = audio_like(args.clips)  # generate/cache before any timing
-    warm_page_cache(p for p, _ in items)
-
-    skipped: dict[str, str] = {}
-    cfgs = configs(args.threads)
-    for name, kind, _ in cfgs:
-        err = import_error(kind)
-        if err:
-            skipped[name] = err
-            print(f"skipping {name}: {err}", file=sys.stderr)
-    cfgs = [c for c in cfgs if c[0] not in skipped]
-
-    runs = run_all(__file__, cfgs, [str(args.clips)], args.repeat, args.timeout, skipped)
-
-    rows = median_rows(runs)
-
-    print(
-        f"\n{args.clips} audio clips (FLAC/WAV, 44.1/48 kHz stereo) -> 16 kHz mono, 4 s; batch {BATCH}; "
-        f"{args.threads} threads, {CORES} cores; median of {args.repeat} run(s)\n"
+    clips_main(
+        __file__,
+        doc=__doc__,
+        default_clips=400,
+        json_default=HERE / "results" / "audio.json",
+        dataset=audio_like,
+        configs=configs,
+        import_error=import_error,
+        worker=worker,
+        header=header,
+        title="audio: decode 4 s + mono + resample 16 kHz + batch 16",
+        batch=BATCH,
+        ours=OURS,
+        anchors=ANCHORS,
     )
-    print(markdown_table(rows, "clips", skipped))
-    print("\nclips/s: " + ", ".join(f"{n} {r['items_per_s']:.1f}" for n, r in rows.items()))
-    samples, same = same_batches(runs)
-    rat = anchor_ratios(rows, OURS, ANCHORS)
-    print_anchor_ratios(rat, "clip")
-
-    meta = {"clips": args.clips, "repeat": args.repeat, "threads": args.threads, "cores": CORES, "batch": BATCH}
-    meta |= {"same_batches": same, "batches": samples, "ratios": rat}
-    write_results(args.json, meta, rows, runs, skipped, "audio: decode 4 s + mono + resample 16 kHz + batch 16", "clips")
 
 
 if __name__ == "__main__":

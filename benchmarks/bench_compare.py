@@ -63,14 +63,8 @@ def spdl_go_loader(items, concurrency):
         p.close()
 
 
-class PILDataset:
+class PILDataset(harness.ItemsDataset):
     """Map-style dataset: Image.open -> RGB -> short side 256 -> center crop 224."""
-
-    def __init__(self, items):
-        self.items = items
-
-    def __len__(self) -> int:
-        return len(self.items)
 
     def __getitem__(self, i):
         import numpy as np

@@ -40,8 +40,6 @@ the first batch; median of --repeat runs, interleaved.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -49,17 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import (  # noqa: E402
-    anchor_ratios,
-    markdown_table,
-    measure,
-    median_rows,
-    print_anchor_ratios,
-    run_all,
-    same_batches,
-    warm_page_cache,
-    write_results,
-)
+from harness import ItemsDataset, clips_main, measure  # noqa: E402
 
 CORES = os.cpu_count() or 1
 BATCH = 4
@@ -140,15 +128,9 @@ def spdl_loader(items, threads):
         yield from p.get_iterator(timeout=300)
 
 
-class PyAVDataset:
+class PyAVDataset(ItemsDataset):
     """Map-style dataset: PyAV decodes forward, keeps 8 evenly spaced
     frames resized to 112x112 RGB; returns ((8, 112, 112, 3) uint8, label)."""
-
-    def __init__(self, items):
-        self.items = items
-
-    def __len__(self) -> int:
-        return len(self.items)
 
     def __getitem__(self, i):
         import av
@@ -247,50 +229,28 @@ def worker(kind: str, param: str, n_clips: int) -> dict:
 # --------------------------------------------------------------------------
 
 
+def header(args) -> str:
+    return f"{args.clips} H.264 clips (2-4 s, 320x240-640x360) -> {FRAMES} frames at {SIZE}x{SIZE} RGB; batch {BATCH}"
+
+
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--_worker":
-        print(json.dumps(worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
-        return
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--clips", type=int, default=80)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=CORES)
-    ap.add_argument("--json", default=str(HERE / "results" / "video.json"))
-    ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
-    args = ap.parse_args()
-
     from datasets import video_like
 
-    items = video_like(args.clips)  # generate/cache before any timing
-    warm_page_cache(p for p, _ in items)
-
-    skipped: dict[str, str] = {}
-    cfgs = configs(args.threads)
-    for name, kind, _ in cfgs:
-        err = import_error(kind)
-        if err:
-            skipped[name] = err
-            print(f"skipping {name}: {err}", file=sys.stderr)
-    cfgs = [c for c in cfgs if c[0] not in skipped]
-
-    runs = run_all(__file__, cfgs, [str(args.clips)], args.repeat, args.timeout, skipped)
-
-    rows = median_rows(runs)
-
-    print(
-        f"\n{args.clips} H.264 clips (2-4 s, 320x240-640x360) -> {FRAMES} frames at {SIZE}x{SIZE} RGB; "
-        f"batch {BATCH}; {args.threads} threads, {CORES} cores; median of {args.repeat} run(s)\n"
+    clips_main(
+        __file__,
+        doc=__doc__,
+        default_clips=80,
+        json_default=HERE / "results" / "video.json",
+        dataset=video_like,
+        configs=configs,
+        import_error=import_error,
+        worker=worker,
+        header=header,
+        title=f"video: {FRAMES} frames evenly spaced, {SIZE}x{SIZE} RGB, batch {BATCH}",
+        batch=BATCH,
+        ours=OURS,
+        anchors=ANCHORS,
     )
-    print(markdown_table(rows, "clips", skipped))
-    print("\nclips/s: " + ", ".join(f"{n} {r['items_per_s']:.1f}" for n, r in rows.items()))
-    samples, same = same_batches(runs)
-    rat = anchor_ratios(rows, OURS, ANCHORS)
-    print_anchor_ratios(rat, "clip")
-
-    meta = {"clips": args.clips, "repeat": args.repeat, "threads": args.threads, "cores": CORES, "batch": BATCH}
-    meta |= {"same_batches": same, "batches": samples, "ratios": rat}
-    write_results(args.json, meta, rows, runs, skipped, f"video: {FRAMES} frames evenly spaced, {SIZE}x{SIZE} RGB, batch {BATCH}", "clips")
 
 
 if __name__ == "__main__":

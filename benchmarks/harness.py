@@ -12,6 +12,7 @@ and time to first batch. ``median_rows``, ``markdown_table`` and
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -328,3 +329,69 @@ def write_results(path: str | Path, meta: dict, rows: dict, runs: dict, skipped:
     doc = {**meta, "rows": rows, "runs": runs, "skipped": skipped, "chart": None if why else str(png)}
     out.write_text(json.dumps(doc, indent=2))
     print(f"\nwrote {out}" + (f" and {png}" if not why else f" (no chart: {why})"))
+
+
+class ItemsDataset:
+    """Base of the anchors' map-style datasets: holds (path, label, ...) items."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def clips_main(
+    script: str,
+    *,
+    doc: str,
+    default_clips: int,
+    json_default: Path,
+    dataset: Callable[[int], list],
+    configs: Callable[[int], list[tuple[str, str, str]]],
+    import_error: Callable[[str], str | None],
+    worker: Callable[[str, str, int], dict],
+    header: Callable[[argparse.Namespace], str],
+    title: str,
+    batch: int,
+    ours: Iterable[str],
+    anchors: dict[str, str],
+) -> None:
+    """The command line of a clip benchmark (audio, video): as a worker
+    (``--_worker kind param clips``) it prints one run's JSON; otherwise it
+    runs every configuration, prints the table, the batches each produced
+    and the ratios against the anchors, and writes JSON and a chart."""
+    if len(sys.argv) == 5 and sys.argv[1] == "--_worker":
+        print(json.dumps(worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+        return
+    cores = os.cpu_count() or 1
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--clips", type=int, default=default_clips)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=cores)
+    ap.add_argument("--json", default=str(json_default))
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
+    args = ap.parse_args()
+
+    items = dataset(args.clips)  # generate/cache before any timing
+    warm_page_cache(p for p, *_ in items)
+
+    skipped: dict[str, str] = {}
+    cfgs = configs(args.threads)
+    for name, kind, _ in cfgs:
+        if err := import_error(kind):
+            skipped[name] = err
+            print(f"skipping {name}: {err}", file=sys.stderr)
+    runs = run_all(script, cfgs, [str(args.clips)], args.repeat, args.timeout, skipped)
+    rows = median_rows(runs)
+
+    print(f"\n{header(args)}; {args.threads} threads, {cores} cores; median of {args.repeat} run(s)\n")
+    print(markdown_table(rows, "clips", skipped))
+    print("\nclips/s: " + ", ".join(f"{n} {r['items_per_s']:.1f}" for n, r in rows.items()))
+    samples, same = same_batches(runs)
+    rat = anchor_ratios(rows, ours, anchors)
+    print_anchor_ratios(rat, "clip")
+
+    meta = {"clips": args.clips, "repeat": args.repeat, "threads": args.threads, "cores": cores, "batch": batch}
+    meta |= {"same_batches": same, "batches": samples, "ratios": rat}
+    write_results(args.json, meta, rows, runs, skipped, title, "clips")
