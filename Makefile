@@ -50,7 +50,8 @@ go-test:
 ## fuzz coordinator can fail a duration-limited run with "context deadline
 ## exceeded" at the deadline (golang/go#75804).
 FUZZ_TARGETS := ./core/wire:FuzzDecode:200000x ./core/media/img:FuzzDecodeImage:30000x \
-	./core/media/audio:FuzzDecodeAudio:30000x ./core/media/video:FuzzDecodeVideo:8000x
+	./core/media/audio:FuzzDecodeAudio:30000x ./core/media/video:FuzzDecodeVideo:8000x \
+	./core/sampler:FuzzResume:20000x
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; n=$${rest##*:}; \
