@@ -8,11 +8,15 @@ import (
 
 	"github.com/spdl-go/spdl-go/core/ops"
 	"github.com/spdl-go/spdl-go/core/pipeline"
+	"github.com/spdl-go/spdl-go/core/sampler"
+	"github.com/spdl-go/spdl-go/core/value"
 )
 
 // pipelineSpec is the JSON a host sends to spdl_pipeline_new.
 //
-//	{"source": {"kind": "python", "id": 1} | {"kind": "range", "start": 0, "stop": 10, "step": 1},
+//	{"source": {"kind": "python", "id": 1} | {"kind": "range", "start": 0, "stop": 10, "step": 1} |
+//	           {"kind": "sampler", "n": 10, "shuffle": true, "seed": 0, "world_size": 1, "rank": 0,
+//	            "drop_last": false, "epoch": 0, "items_wire": "<base64 of the wire-encoded list>"},
 //	 "stages": [{"kind": "pipe", "name": "decode", "concurrency": 4, "output_order": "input",
 //	             "auto": false, "max_concurrency": 0, "timeout_s": 0,
 //	             "max_failures": -1,
@@ -36,6 +40,15 @@ type sourceSpec struct {
 	Start int64  `json:"start"`
 	Stop  int64  `json:"stop"`
 	Step  int64  `json:"step"`
+	// kind "sampler"
+	N         int64  `json:"n"`
+	Shuffle   bool   `json:"shuffle"`
+	Seed      uint64 `json:"seed"`
+	World     int    `json:"world_size"`
+	Rank      int    `json:"rank"`
+	DropLast  bool   `json:"drop_last"`
+	Epoch     int64  `json:"epoch"`
+	ItemsWire []byte `json:"items_wire"` // base64 in JSON: the wire encoding of the items list
 }
 
 type stageSpec struct {
@@ -79,8 +92,14 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 			step = 1
 		}
 		cfg.Source = pipeline.Range(spec.Source.Start, spec.Source.Stop, step)
+	case "sampler":
+		src, err := samplerSource(spec.Source)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Source = src
 	default:
-		return cfg, fmt.Errorf("pipeline spec: unknown source kind %q (want \"python\" or \"range\")", spec.Source.Kind)
+		return cfg, fmt.Errorf("pipeline spec: unknown source kind %q (want \"python\", \"range\" or \"sampler\")", spec.Source.Kind)
 	}
 	for i, s := range spec.Stages {
 		st := pipeline.StageConfig{Name: s.Name, MaxFailures: -1}
@@ -138,6 +157,32 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 	cfg.NumThreads = spec.NumThreads
 	cfg.CPUBudget = spec.CPUBudget
 	return cfg, nil
+}
+
+// samplerSource builds a sampler source; its items, if any, come as the
+// wire encoding of a list of plain values.
+func samplerSource(s *sourceSpec) (pipeline.Source, error) {
+	var items value.List
+	if s.ItemsWire != nil {
+		v, err := pyDecoder.Decode(s.ItemsWire)
+		if err != nil {
+			return nil, fmt.Errorf("sampler source: items: %w", err)
+		}
+		list, ok := v.(value.List)
+		if !ok {
+			value.Release(v)
+			return nil, fmt.Errorf("sampler source: items must be a list, got %s", value.Describe(v))
+		}
+		items = list
+	}
+	src, err := sampler.NewSource(sampler.Config{
+		N: s.N, Shuffle: s.Shuffle, Seed: s.Seed, World: s.World, Rank: s.Rank, DropLast: s.DropLast,
+	}, items, s.Epoch)
+	if err != nil {
+		value.Release(items)
+		return nil, err
+	}
+	return src, nil
 }
 
 func buildOp(s *opSpec) (pipeline.Op, error) {

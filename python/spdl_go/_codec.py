@@ -104,11 +104,21 @@ def encode(obj: Any) -> bytes:
     return bytes(out)
 
 
+def encode_plain(obj: Any) -> bytes:
+    """Encodes obj, which must hold only plain values (None, bool, 64-bit
+    int, float, str, bytes, and lists, tuples and dicts with str keys of
+    them): no tensors and no opaque references. Raises TypeError naming
+    the first value that is not plain."""
+    out = bytearray()
+    _encode(out, obj, 0, plain=True)
+    return bytes(out)
+
+
 def encode_opaque(obj: Any) -> bytes:
     return b"O" + _U64.pack(_register(obj))
 
 
-def _encode(out: bytearray, obj: Any, depth: int) -> None:
+def _encode(out: bytearray, obj: Any, depth: int, plain: bool = False) -> None:
     if depth > 64:
         raise ValueError("value nested deeper than 64 levels")
     t = type(obj)
@@ -121,6 +131,8 @@ def _encode(out: bytearray, obj: Any, depth: int) -> None:
             out += b"i"
             out += _I64.pack(obj)
         else:
+            if plain:
+                raise TypeError(f"{obj} does not fit in 64 bits")
             out += b"O"
             out += _U64.pack(_register(obj))
     elif t is float:
@@ -140,7 +152,7 @@ def _encode(out: bytearray, obj: Any, depth: int) -> None:
         out += b"l" if t is list else b"t"
         out += _U64.pack(len(obj))
         for e in obj:
-            _encode(out, e, depth + 1)
+            _encode(out, e, depth + 1, plain)
     elif t is dict and all(type(k) is str for k in obj):
         out += b"m"
         out += _U64.pack(len(obj))
@@ -148,7 +160,9 @@ def _encode(out: bytearray, obj: Any, depth: int) -> None:
             kb = k.encode("utf-8", "surrogatepass")
             out += _U64.pack(len(kb))
             out += kb
-            _encode(out, v, depth + 1)
+            _encode(out, v, depth + 1, plain)
+    elif plain:
+        raise TypeError(f"a {t.__name__} is not a plain value (use paths, bytes, numbers, strings and containers of them)")
     elif t is Tensor:
         out += b"D"
         out += _U64.pack(obj._new_ref())

@@ -1,0 +1,80 @@
+"""sources.sampler: seeded per-epoch order and distributed split, in Go."""
+
+import pytest
+
+from spdl_go import PipelineBuilder, ops, sources
+
+
+def build(src, *stages):
+    b = PipelineBuilder().add_source(src)
+    for s in stages:
+        b = b.pipe(s, output_order="input")
+    return b.add_sink(4).build()
+
+
+@pytest.mark.parametrize("n,world,drop_last", [(23, 3, False), (23, 3, True), (24, 4, False), (5, 8, False)])
+def test_ranks_split_every_epoch_without_overlap(n, world, drop_last, no_leaks):
+    pipes = [build(sources.sampler(n, shuffle=True, seed=3, rank=r, world_size=world, drop_last=drop_last)) for r in range(world)]
+    for epoch in range(2):
+        per_rank = [list(p) for p in pipes]
+        assert len({len(x) for x in per_rank}) == 1, "ranks got different counts"
+        seen = [i for x in per_rank for i in x]
+        if drop_last:
+            assert len(seen) == len(set(seen)) == n - n % world
+        else:
+            assert set(seen) == set(range(n))
+            assert len(seen) == -(-n // world) * world  # padded by repeating a few
+    for p in pipes:
+        p.close()
+
+
+def test_order_depends_on_seed_and_epoch(no_leaks):
+    p = build(sources.sampler(100, shuffle=True, seed=1))
+    e0, e1 = list(p), list(p)
+    assert sorted(e0) == sorted(e1) == list(range(100))
+    assert e0 != e1, "two epochs in the same order"
+    q = build(sources.sampler(100, shuffle=True, seed=1))
+    assert list(q) == e0, "the same seed and epoch gave another order"
+    r = build(sources.sampler(100, shuffle=True, seed=1, epoch=1))
+    assert list(r) == e1, "starting at epoch 1 does not give epoch 1's order"
+    assert list(build(sources.sampler(10))) == list(range(10))
+    for x in (p, q, r):
+        x.close()
+
+
+def test_samples_are_handed_out_as_given(no_leaks):
+    data = [(f"img{i}.jpg", i % 3, {"id": i, "tags": ["a", b"b"]}) for i in range(12)]
+    p = build(sources.sampler(data, shuffle=True, seed=2), ops.identity())
+    for _ in range(2):
+        got = list(p)
+        assert sorted(got, key=lambda s: s[2]["id"]) == data
+    p.close()
+
+
+def test_rank_and_world_size_from_torchrun_environment(monkeypatch, no_leaks):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert sources.distributed_env() == (1, 2)
+    p = build(sources.sampler(10))
+    assert list(p) == [1, 3, 5, 7, 9]
+    p.close()
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(ValueError, match=r"RANK=2 must be in \[0, WORLD_SIZE=2\)"):
+        sources.sampler(10)
+
+
+@pytest.mark.parametrize(
+    "make,exc,match",
+    [
+        (lambda: sources.sampler(0), ValueError, "dataset size must be >= 1"),
+        (lambda: sources.sampler([]), ValueError, "empty"),
+        (lambda: sources.sampler("abc"), TypeError, "dataset size or a sequence"),
+        (lambda: sources.sampler(5, rank=2, world_size=2), ValueError, "rank must be in"),
+        (lambda: sources.sampler(5, seed=-1), ValueError, "seed"),
+        (lambda: sources.sampler(["a.jpg", object()]), TypeError, "sample 1 .*not a plain value"),
+        (lambda: sources.sampler([1 << 70]), TypeError, "sample 0 .*64 bits"),
+    ],
+)
+def test_bad_input(make, exc, match):
+    with pytest.raises(exc, match=match):
+        make()
