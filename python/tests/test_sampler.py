@@ -78,3 +78,61 @@ def test_rank_and_world_size_from_torchrun_environment(monkeypatch, no_leaks):
 def test_bad_input(make, exc, match):
     with pytest.raises(exc, match=match):
         make()
+
+
+TORCHRUN_SCRIPT = """
+import json, os, sys
+import torch.distributed as dist
+from spdl_go import PipelineBuilder, ops, sources
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+n = int(sys.argv[2])
+p = (PipelineBuilder()
+     .add_source(sources.sampler([("sample", i) for i in range(n)], shuffle=True, seed=11))  # rank from the group
+     .pipe(ops.identity(), concurrency=2)
+     .aggregate(4)
+     .add_sink(3)
+     .build())
+epochs = []
+for epoch in range(2):
+    ids = [label for batch in p for _, label in batch]
+    everyone = [None] * world
+    dist.all_gather_object(everyone, ids)
+    epochs.append(everyone)
+p.close()
+if rank == 0:
+    with open(sys.argv[1], "w") as f:
+        json.dump({"world": world, "epochs": epochs}, f)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(240)
+def test_torchrun_two_ranks_cover_each_epoch_exactly_once(tmp_path):
+    # A real distributed job: torchrun starts 2 processes that join a gloo
+    # group; each reads its share through sources.sampler.
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    import json
+
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this torch build")
+    script, out = tmp_path / "job.py", tmp_path / "out.json"
+    script.write_text(TORCHRUN_SCRIPT)
+    n = 101
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2", str(script), str(out), str(n)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=200, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["world"] == 2
+    orders = []
+    for ranks in res["epochs"]:
+        a, b = ranks
+        assert len(a) == len(b) == 51, "ranks got different counts"  # 101 over 2: one padded
+        assert set(a) | set(b) == set(range(n))
+        assert len(set(a) & set(b)) <= 1, "ranks overlap beyond the one padding sample"
+        orders.append(a)
+    assert orders[0] != orders[1], "both epochs in the same order"
