@@ -13,6 +13,7 @@ Example:
 from . import media, ops, sources
 from ._buffers import ArrowArray, Tensor
 from ._lib import LIB as _LIB
+from .loader import DataLoader
 from .pipeline import Bottleneck, Pipeline, PipelineBuilder, PipelineError, PipelineStats, StageStats
 
 __version__ = _LIB.spdl_version().decode()
@@ -20,6 +21,7 @@ __version__ = _LIB.spdl_version().decode()
 __all__ = [
     "ArrowArray",
     "Bottleneck",
+    "DataLoader",
     "Pipeline",
     "PipelineBuilder",
     "PipelineError",
