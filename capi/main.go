@@ -339,3 +339,18 @@ func (hd *handle) invalidate(h C.uint64_t) {
 		cgo.Handle(h).Delete()
 	}
 }
+
+//export spdl_sampler_call
+func spdl_sampler_call(req *C.char, reqLen C.size_t, outJSON **C.char, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	res, err := samplerCall(C.GoBytes(unsafe.Pointer(req), C.int(reqLen)))
+	if err == nil {
+		var b []byte
+		if b, err = json.Marshal(res); err == nil {
+			*outJSON = C.CString(string(b))
+			return C.SPDL_OK
+		}
+	}
+	setErr(errOut, err)
+	return C.SPDL_ERROR
+}

@@ -80,6 +80,13 @@ int spdl_ops(char **out_json, char **err);
  * *out_json is the description as JSON; caller frees it. */
 int spdl_probe(const char *path, const void *data, size_t data_len, char **out_json, char **err);
 
+/* spdl_sampler_call: a request about sampler progress, as JSON (see
+ * capi/sampler.go): {"op": "state", ...} turns the dataset indices one rank
+ * consumed into its rank state; {"op": "merge", ...} turns every rank's
+ * state into the epoch's progress. *out_json is the answer; caller frees it
+ * with spdl_free. SPDL_ERROR names what is wrong with the request. */
+int spdl_sampler_call(const char *req_json, size_t req_len, char **out_json, char **err);
+
 /* Pipelines are referred to by opaque non-zero handles.
  *
  * spdl_pipeline_new: builds a pipeline from a JSON spec (see

@@ -41,14 +41,15 @@ type sourceSpec struct {
 	Stop  int64  `json:"stop"`
 	Step  int64  `json:"step"`
 	// kind "sampler"
-	N         int64  `json:"n"`
-	Shuffle   bool   `json:"shuffle"`
-	Seed      uint64 `json:"seed"`
-	World     int    `json:"world_size"`
-	Rank      int    `json:"rank"`
-	DropLast  bool   `json:"drop_last"`
-	Epoch     int64  `json:"epoch"`
-	ItemsWire []byte `json:"items_wire"` // base64 in JSON: the wire encoding of the items list
+	N         int64             `json:"n"`
+	Shuffle   bool              `json:"shuffle"`
+	Seed      uint64            `json:"seed"`
+	World     int               `json:"world_size"`
+	Rank      int               `json:"rank"`
+	DropLast  bool              `json:"drop_last"`
+	Epoch     int64             `json:"epoch"`
+	Resume    *sampler.Progress `json:"resume"`     // where the first epoch picks up
+	ItemsWire []byte            `json:"items_wire"` // base64 in JSON: the wire encoding of the items list
 }
 
 type stageSpec struct {
@@ -181,6 +182,14 @@ func samplerSource(s *sourceSpec) (pipeline.Source, error) {
 	if err != nil {
 		value.Release(items)
 		return nil, err
+	}
+	if s.Resume != nil {
+		// Checked now, so that a bad state fails the build, not epoch 1.
+		if _, err := sampler.NewPlan(src.Cfg, *s.Resume); err != nil {
+			value.Release(items)
+			return nil, fmt.Errorf("sampler source: resume: %w", err)
+		}
+		src.Resume = s.Resume
 	}
 	return src, nil
 }

@@ -98,6 +98,29 @@ func (o Order) At(pos int64) int64 {
 	}
 }
 
+// Position returns the position of dataset index idx in the epoch (the
+// inverse of At).
+func (o Order) Position(idx int64) int64 {
+	if !o.shuffle || o.n <= 1 {
+		return idx
+	}
+	x := uint64(idx)
+	for {
+		x = o.decrypt(x)
+		if x < uint64(o.n) {
+			return int64(x)
+		}
+	}
+}
+
+func (o Order) decrypt(x uint64) uint64 {
+	l, r := x>>o.half, x&o.mask
+	for k := len(o.keys) - 1; k >= 0; k-- {
+		l, r = r^(splitmix64(l^o.keys[k])&o.mask), l
+	}
+	return l<<o.half | r
+}
+
 func (o Order) encrypt(x uint64) uint64 {
 	l, r := x>>o.half, x&o.mask
 	for _, k := range o.keys {
@@ -181,6 +204,36 @@ func (pl *Plan) At(i int64) (pos, index int64, pad bool) {
 	}
 	pos = pl.remaining(j)
 	return pos, pl.ord.At(pos), pad
+}
+
+// Item returns the number of this rank's item that holds dataset index
+// idx (the first, if padding repeats it); ok is false when the index is not
+// dealt to this rank in this plan (another rank's, already consumed, or
+// dropped).
+func (pl *Plan) Item(idx int64) (i int64, ok bool) {
+	if idx < 0 || idx >= pl.cfg.N {
+		return 0, false
+	}
+	pos := pl.ord.Position(idx)
+	if pos < pl.base.Prefix {
+		return 0, false
+	}
+	k, found := slices.BinarySearch(pl.base.Done, pos)
+	if found {
+		return 0, false
+	}
+	j := pos - pl.base.Prefix - int64(k) // its index in R
+	w, r := int64(pl.cfg.World), int64(pl.cfg.Rank)
+	if j%w == r && j/w < pl.count {
+		return j / w, true
+	}
+	// Padding: rank r's items past the end of R wrap to its start.
+	for i := (pl.m - r + w - 1) / w; i < pl.count; i++ {
+		if (r+i*w)%pl.m == j {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // remaining maps an index into R to its position: past the prefix, skipping

@@ -297,3 +297,41 @@ func BenchmarkOrderAt(b *testing.B) {
 		p++
 	}
 }
+
+func TestItemInvertsAt(t *testing.T) {
+	for _, tc := range []struct {
+		n     int64
+		world int
+		drop  bool
+		prog  sampler.Progress
+	}{
+		{1, 1, false, sampler.Progress{}}, {10, 3, false, sampler.Progress{Epoch: 1}}, {10, 3, true, sampler.Progress{}},
+		{101, 4, false, sampler.Progress{Epoch: 2, Prefix: 17, Done: []int64{20, 33, 90}}}, {5, 8, false, sampler.Progress{}},
+	} {
+		for _, shuffle := range []bool{false, true} {
+			cfg := sampler.Config{N: tc.n, World: tc.world, DropLast: tc.drop, Shuffle: shuffle, Seed: 4}
+			plans, items, pads := deal(t, cfg, tc.prog)
+			mine := make([]map[int64]bool, tc.world)
+			for r, pl := range plans {
+				mine[r] = map[int64]bool{}
+				for i, idx := range items[r] {
+					mine[r][idx] = true
+					got, ok := pl.Item(idx)
+					if !ok || (got != int64(i) && !pads[r][i]) {
+						t.Fatalf("n=%d w=%d shuffle=%v rank %d: Item(%d) = %d, %v; want %d", tc.n, tc.world, shuffle, r, idx, got, ok, i)
+					}
+					if _, _, pad := pl.At(got); pad != pads[r][got] {
+						t.Fatalf("Item returned a different copy of a padded index")
+					}
+				}
+			}
+			for r, pl := range plans {
+				for idx := range tc.n {
+					if _, ok := pl.Item(idx); ok != mine[r][idx] {
+						t.Fatalf("n=%d rank %d: Item(%d) ok=%v, but the index is dealt to it: %v", tc.n, r, idx, ok, mine[r][idx])
+					}
+				}
+			}
+		}
+	}
+}

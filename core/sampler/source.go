@@ -18,6 +18,9 @@ type Source struct {
 	Cfg   Config
 	Items value.List // optional; len(Items) == Cfg.N; plain values only
 	Epoch int64      // the first epoch's number
+	// Resume, if set, is where the first epoch (Resume.Epoch, which
+	// replaces Epoch) picks up; later epochs start from their beginning.
+	Resume *Progress
 
 	opened atomic.Int64
 }
@@ -45,8 +48,15 @@ func NewSource(cfg Config, items value.List, epoch int64) (*Source, error) {
 
 // Open begins the next epoch.
 func (s *Source) Open(context.Context) (pipeline.Iterator, error) {
-	e := s.Epoch + s.opened.Add(1) - 1
-	pl, err := NewPlan(s.Cfg, Progress{Epoch: e})
+	k := s.opened.Add(1) - 1
+	p := Progress{Epoch: s.Epoch + k}
+	if s.Resume != nil {
+		p.Epoch = s.Resume.Epoch + k
+		if k == 0 {
+			p = *s.Resume
+		}
+	}
+	pl, err := NewPlan(s.Cfg, p)
 	if err != nil {
 		return nil, err
 	}

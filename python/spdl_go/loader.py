@@ -16,10 +16,13 @@ are stacked in C memory and handed over zero-copy.
 
 from __future__ import annotations
 
+import ctypes
+import json
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-from . import ops, sources
+from . import _lib, ops, sources
 from .pipeline import Pipeline, PipelineBuilder, PipelineStats
 
 __all__ = ["DataLoader"]
@@ -80,21 +83,39 @@ class DataLoader:
         if n < 1:
             raise ValueError("DataLoader: the dataset is empty")
         self.dataset, self.batch_size, self.drop_last, self.output = dataset, batch_size, drop_last, output
-        source = sources.sampler(n, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size)
-        self._per_rank = _per_rank(n, source.options["world_size"], drop_last)
+        self._source = sources.sampler(n, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size)
+        opts = self._source.options
+        self._cfg = {k: opts[k] for k in ("n", "shuffle", "seed", "world_size", "rank", "drop_last")}
+        self._per_rank = _per_rank(n, opts["world_size"], drop_last)
+        self._threads, self._prefetch = num_threads, prefetch
 
         def load(i: int) -> Any:
             sample = dataset[i]
-            return transform(sample) if transform is not None else sample
+            if transform is not None:
+                sample = transform(sample)
+            return sample, i  # the index rides along, for state_dict
 
+        self._load = load
         self._convert = _converter(output)
-        self.pipeline: Pipeline = (
+        # Progress of the epoch being read: where it started, and the
+        # dataset indices handed to the training loop since.
+        self._progress: dict[str, Any] = {"epoch": 0, "prefix": 0}
+        self._consumed: list[int] = []
+        self._next_epoch = 0
+        self._finished = False
+        self.pipeline: Pipeline = self._build(None)
+
+    def _build(self, resume: dict[str, Any] | None) -> Pipeline:
+        source = self._source
+        if resume is not None:
+            source = sources.NativeSource("sampler", {**source.options, "resume": resume, "epoch": resume["epoch"]})
+        return (
             PipelineBuilder()
             .add_source(source)
-            .pipe(load, concurrency=num_threads, name="load", output_order="input")
-            .aggregate(batch_size, drop_last=drop_last)
+            .pipe(self._load, concurrency=self._threads, name="load", output_order="input")
+            .aggregate(self.batch_size, drop_last=self.drop_last)
             .pipe(ops.collate(numbers="tensor"), name="collate")
-            .add_sink(prefetch)
+            .add_sink(self._prefetch)
             .build()
         )
 
@@ -104,8 +125,96 @@ class DataLoader:
         return full + (1 if rest and not self.drop_last else 0)
 
     def __iter__(self) -> Iterator[Any]:
-        for batch in self.pipeline:
-            yield self._convert(batch)
+        import numpy as np
+
+        # Each iteration is the source's next epoch (the first one after
+        # load_state_dict resumes where the state left off).
+        if self._next_epoch != self._progress["epoch"] or self._consumed or self._finished:
+            self._progress = {"epoch": self._next_epoch, "prefix": 0}
+        self._consumed, self._finished = [], False
+        self._next_epoch = self._progress["epoch"] + 1
+        for sample, idx in self.pipeline:
+            self._consumed.extend(np.from_dlpack(idx).tolist())
+            yield self._convert(sample)
+        self._finished = True
+
+    # ---- checkpointing ----------------------------------------------------------
+    def local_state(self) -> dict[str, Any]:
+        """This rank's progress in the current epoch (what it has handed to
+        the training loop; batches prefetched but not yet yielded do not
+        count). In a distributed job, every rank's local state goes to
+        ``merge_states``; ``state_dict`` does that through torch.distributed."""
+        if self._finished:
+            rank_state = None  # the epoch is done on this rank
+        else:
+            rank_state = _sampler_call(
+                {"op": "state", "config": self._cfg, "progress": self._progress, "consumed": self._consumed}
+            )
+        return {
+            "version": 1,
+            "dataset": {k: self._cfg[k] for k in ("n", "shuffle", "seed", "drop_last")},
+            "epoch": self._progress["epoch"],
+            "finished": self._finished,
+            "rank_state": rank_state,
+        }
+
+    @staticmethod
+    def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+        """Combines the local states of every rank into the job's state."""
+        if not states:
+            raise ValueError("merge_states: no states")
+        first = states[0]
+        for s in states:
+            if s.get("version") != 1 or s["dataset"] != first["dataset"] or s["epoch"] != first["epoch"]:
+                raise ValueError("merge_states: the states come from different datasets, epochs or versions")
+        if all(s["finished"] for s in states):
+            progress = {"epoch": first["epoch"] + 1, "prefix": 0}
+        else:
+            progress = _sampler_call(
+                {"op": "merge", "n": first["dataset"]["n"], "states": [_rank_state(s) for s in states]}
+            )
+        return {"version": 1, "dataset": first["dataset"], "progress": progress}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the job is in its current epoch, small and JSON-serialisable.
+
+        In a distributed job (an initialised torch.distributed group), every
+        rank must call it at the same point; it gathers and merges all
+        ranks' progress, and every rank gets the same state. A run rebuilt
+        with ``load_state_dict`` resumes with the next sample not yet
+        handed to the training loop, in the same order, with any number of
+        ranks or threads.
+        """
+        local = self.local_state()
+        world = self._cfg["world_size"]
+        if world == 1:
+            return self.merge_states([local])
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError(
+                f"state_dict: this rank is one of {world}, but no torch.distributed group is initialised to "
+                "gather the others; call local_state() on every rank and DataLoader.merge_states(states)"
+            )
+        states: list[Any] = [None] * world
+        dist.all_gather_object(states, local)
+        return self.merge_states(states)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resumes from ``state_dict()``'s result (possibly saved by a job
+        with another number of ranks): the next iteration finishes the saved
+        epoch with the samples not yet consumed, shared over this job's
+        ranks; the one after starts the next epoch."""
+        if not isinstance(state, dict) or state.get("version") != 1 or "progress" not in state:
+            raise ValueError("load_state_dict: not a spdl_go.DataLoader state (want the dict state_dict() returned)")
+        mine = {k: self._cfg[k] for k in ("n", "shuffle", "seed", "drop_last")}
+        for k, v in state["dataset"].items():
+            if mine.get(k) != v:
+                raise ValueError(f"load_state_dict: the state is for {k}={v!r}, this loader has {k}={mine.get(k)!r}")
+        progress = dict(state["progress"])
+        self.pipeline.close()
+        self.pipeline = self._build(progress)
+        self._progress, self._consumed, self._finished = progress, [], False
+        self._next_epoch = progress["epoch"]
 
     def stats(self) -> PipelineStats:
         """The underlying pipeline's statistics (see Pipeline.stats)."""
@@ -120,6 +229,20 @@ class DataLoader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _sampler_call(req: dict[str, Any]) -> Any:
+    raw = json.dumps(req).encode()
+    out, err = ctypes.c_void_p(), ctypes.c_void_p()
+    if _lib.LIB.spdl_sampler_call(raw, len(raw), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
+        raise ValueError(_lib.take_string(err.value))
+    return json.loads(_lib.take_string(out.value))
+
+
+def _rank_state(s: dict[str, Any]) -> dict[str, Any]:
+    if s["finished"] or s["rank_state"] is None:
+        raise ValueError("merge_states: some ranks finished the epoch and others did not; save at the same step on every rank")
+    return s["rank_state"]
 
 
 def _per_rank(n: int, world: int, drop_last: bool) -> int:
