@@ -136,3 +136,70 @@ def test_torchrun_two_ranks_cover_each_epoch_exactly_once(tmp_path):
         assert len(set(a) & set(b)) <= 1, "ranks overlap beyond the one padding sample"
         orders.append(a)
     assert orders[0] != orders[1], "both epochs in the same order"
+
+
+RESUME_SCRIPT = """
+import json, sys
+import numpy as np
+import torch.distributed as dist
+import spdl_go
+
+class Squares:
+    def __len__(self): return 50
+    def __getitem__(self, i): return np.full((2,), i, np.int64), i
+
+phase, path = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+loader = spdl_go.DataLoader(Squares(), batch_size=3, shuffle=True, seed=5, output="numpy", num_threads=2)
+ids = []
+if phase == "save":
+    it = iter(loader)
+    for _ in range(4):
+        ids += next(it)[1].tolist()
+    state = loader.state_dict()  # gathers every rank's progress
+else:
+    with open(path) as f:
+        loader.load_state_dict(json.load(f)["state"])
+    ids = [i for _, y in loader for i in y.tolist()]
+    state = None
+everyone = [None] * world
+dist.all_gather_object(everyone, ids)
+loader.close()
+if rank == 0:
+    out = {"state": state, "ids": everyone} if phase == "save" else {"ids": everyone}
+    with open(path if phase == "save" else path + ".rest", "w") as f:
+        json.dump(out, f)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
+def test_torchrun_resume_on_another_world_size(before, after, tmp_path):
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this torch build")
+    script, path = tmp_path / "job.py", tmp_path / "state.json"
+    script.write_text(RESUME_SCRIPT)
+
+    def run(phase, nproc):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
+               str(script), phase, str(path)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+
+    run("save", before)
+    saved = json.loads(path.read_text())
+    run("resume", after)
+    rest = json.loads((tmp_path / "state.json.rest").read_text())
+    seen = [i for ids in saved["ids"] for i in ids] + [i for ids in rest["ids"] for i in ids]
+    # 50 samples, 4 batches of 3 per rank before: the rest splits evenly
+    # over 1 or 2 ranks, so every sample comes exactly once.
+    assert sorted(seen) == list(range(50))
+    assert len({len(ids) for ids in rest["ids"]}) == 1, "resumed ranks got different counts"
