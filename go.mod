@@ -4,12 +4,13 @@ go 1.26.0
 
 require (
 	github.com/apache/arrow-go/v18 v18.8.0
+	github.com/asticode/go-astiav v0.16.0
+	github.com/ebitengine/purego v0.11.3
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.25.0
 )
 
 require (
-	github.com/asticode/go-astiav v0.16.0 // indirect
 	github.com/asticode/go-astikit v0.42.0 // indirect
 	github.com/goccy/go-json v0.10.6 // indirect
 	github.com/google/flatbuffers v25.12.19+incompatible // indirect

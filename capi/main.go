@@ -32,6 +32,7 @@ import (
 	_ "github.com/spdl-go/spdl-go/core/media/img"
 	_ "github.com/spdl-go/spdl-go/core/media/video"
 	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/cuda"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/value"
 	"github.com/spdl-go/spdl-go/core/wire"
@@ -353,4 +354,45 @@ func spdl_sampler_call(req *C.char, reqLen C.size_t, outJSON **C.char, errOut **
 	}
 	setErr(errOut, err)
 	return C.SPDL_ERROR
+}
+
+// cudaStatus is what spdl_cuda_status reports.
+type cudaStatus struct {
+	Available bool   `json:"available"` // a runtime loaded and sees at least one device
+	Path      string `json:"path,omitempty"`
+	Runtime   int    `json:"runtime_version,omitempty"`
+	Driver    int    `json:"driver_version,omitempty"`
+	Devices   int    `json:"devices"`
+	Error     string `json:"error,omitempty"`
+}
+
+//export spdl_cuda_status
+func spdl_cuda_status(pathsJSON *C.char, outJSON **C.char, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	var paths []string
+	if pathsJSON != nil {
+		if err := json.Unmarshal([]byte(C.GoString(pathsJSON)), &paths); err != nil {
+			setErr(errOut, fmt.Errorf("cuda status: paths must be a JSON list of strings: %w", err))
+			return C.SPDL_ERROR
+		}
+	}
+	st := cudaStatus{}
+	if r, err := cuda.Load(paths...); err != nil {
+		st.Error = err.Error()
+	} else {
+		st.Path = r.Path
+		st.Runtime, st.Driver, _ = r.Version()
+		if n, err := r.DeviceCount(); err != nil {
+			st.Error = err.Error()
+		} else {
+			st.Devices, st.Available = n, n > 0
+		}
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		setErr(errOut, err)
+		return C.SPDL_ERROR
+	}
+	*outJSON = C.CString(string(b))
+	return C.SPDL_OK
 }

@@ -87,6 +87,14 @@ int spdl_probe(const char *path, const void *data, size_t data_len, char **out_j
  * with spdl_free. SPDL_ERROR names what is wrong with the request. */
 int spdl_sampler_call(const char *req_json, size_t req_len, char **out_json, char **err);
 
+/* spdl_cuda_status: loads the CUDA runtime (libcudart) at run time, trying
+ * the paths in paths_json (a JSON list; may be NULL), then $SPDL_GO_CUDART,
+ * then the linker's search path, and reports as JSON (caller frees):
+ * {"available", "path", "runtime_version", "driver_version", "devices",
+ * "error"}. Loading nothing is not an error: "available" is false and
+ * "error" says what was tried. */
+int spdl_cuda_status(const char *paths_json, char **out_json, char **err);
+
 /* Pipelines are referred to by opaque non-zero handles.
  *
  * spdl_pipeline_new: builds a pipeline from a JSON spec (see

@@ -1,0 +1,5 @@
+package cuda_test
+
+import "unsafe"
+
+func unsafeBytes(p unsafe.Pointer, n int) []byte { return unsafe.Slice((*byte)(p), n) }

@@ -1,0 +1,67 @@
+"""The CUDA runtime, found at run time (spdl-go needs no CUDA to build).
+
+    >>> spdl_go.cuda.status()
+    CudaStatus(available=False, path='.../nvidia/cu13/lib/libcudart.so.13', runtime_version=13020,
+               driver_version=0, devices=0, error='no usable CUDA device: ... (cudaError 35)')
+
+The runtime is looked for at ``$SPDL_GO_CUDART``, then in the
+``nvidia-cuda-runtime`` wheels that PyTorch's Linux wheels install, then on
+the linker's search path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+from . import _lib
+
+__all__ = ["CudaStatus", "runtime_candidates", "status"]
+
+
+@dataclass(frozen=True)
+class CudaStatus:
+    """What loading the CUDA runtime found."""
+
+    available: bool
+    """A runtime loaded and sees at least one GPU."""
+    path: str
+    runtime_version: int
+    driver_version: int
+    """0 when no NVIDIA driver is installed."""
+    devices: int
+    error: str
+    """Why it is not available, naming what was tried."""
+
+
+def runtime_candidates() -> list[str]:
+    """libcudart paths from installed ``nvidia-*`` wheels, newest first."""
+    found: list[str] = []
+    for base in sys.path:
+        for pat in ("nvidia/*/lib/libcudart.so*", "nvidia/cuda_runtime/lib/libcudart.so*"):
+            found += glob.glob(os.path.join(base or ".", pat))
+    return sorted(set(found), reverse=True)
+
+
+def status() -> CudaStatus:
+    """Loads the CUDA runtime if it can and says what it found."""
+    # $SPDL_GO_CUDART is read here: the Go runtime sees only the
+    # environment the process started with.
+    env = os.environ.get("SPDL_GO_CUDART")
+    paths = json.dumps(([env] if env else []) + runtime_candidates()).encode()
+    out, err = ctypes.c_void_p(), ctypes.c_void_p()
+    if _lib.LIB.spdl_cuda_status(paths, ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
+        raise RuntimeError(_lib.take_string(err.value))
+    d = json.loads(_lib.take_string(out.value))
+    return CudaStatus(
+        available=bool(d.get("available")),
+        path=d.get("path", ""),
+        runtime_version=int(d.get("runtime_version", 0)),
+        driver_version=int(d.get("driver_version", 0)),
+        devices=int(d.get("devices", 0)),
+        error=d.get("error", ""),
+    )
