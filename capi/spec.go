@@ -41,12 +41,7 @@ type sourceSpec struct {
 	Stop  int64  `json:"stop"`
 	Step  int64  `json:"step"`
 	// kind "sampler"
-	N         int64             `json:"n"`
-	Shuffle   bool              `json:"shuffle"`
-	Seed      uint64            `json:"seed"`
-	World     int               `json:"world_size"`
-	Rank      int               `json:"rank"`
-	DropLast  bool              `json:"drop_last"`
+	samplerConfig
 	Epoch     int64             `json:"epoch"`
 	Resume    *sampler.Progress `json:"resume"`     // where the first epoch picks up
 	ItemsWire []byte            `json:"items_wire"` // base64 in JSON: the wire encoding of the items list
@@ -176,9 +171,7 @@ func samplerSource(s *sourceSpec) (pipeline.Source, error) {
 		}
 		items = list
 	}
-	src, err := sampler.NewSource(sampler.Config{
-		N: s.N, Shuffle: s.Shuffle, Seed: s.Seed, World: s.World, Rank: s.Rank, DropLast: s.DropLast,
-	}, items, s.Epoch)
+	src, err := sampler.NewSource(s.config(), items, s.Epoch)
 	if err != nil {
 		value.Release(items)
 		return nil, err
