@@ -26,13 +26,13 @@ import (
 	"unsafe"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
+	"github.com/spdl-go/spdl-go/core/cuda"
 	"github.com/spdl-go/spdl-go/core/media/av"
 	// Media ops register themselves with core/ops.
 	_ "github.com/spdl-go/spdl-go/core/media/audio"
 	_ "github.com/spdl-go/spdl-go/core/media/img"
 	_ "github.com/spdl-go/spdl-go/core/media/video"
 	"github.com/spdl-go/spdl-go/core/ops"
-	"github.com/spdl-go/spdl-go/core/cuda"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/value"
 	"github.com/spdl-go/spdl-go/core/wire"

@@ -256,9 +256,18 @@ func TestBadInput(t *testing.T) {
 		run  func() error
 		want string
 	}{
-		{"size", func() error { _, err := sampler.NewPlan(sampler.Config{N: 0, World: 1}, sampler.Progress{}); return err }, "dataset size"},
-		{"world", func() error { _, err := sampler.NewPlan(sampler.Config{N: 5, World: 0}, sampler.Progress{}); return err }, "world size"},
-		{"rank", func() error { _, err := sampler.NewPlan(sampler.Config{N: 5, World: 2, Rank: 2}, sampler.Progress{}); return err }, "rank must be in [0, 2)"},
+		{"size", func() error {
+			_, err := sampler.NewPlan(sampler.Config{N: 0, World: 1}, sampler.Progress{})
+			return err
+		}, "dataset size"},
+		{"world", func() error {
+			_, err := sampler.NewPlan(sampler.Config{N: 5, World: 0}, sampler.Progress{})
+			return err
+		}, "world size"},
+		{"rank", func() error {
+			_, err := sampler.NewPlan(sampler.Config{N: 5, World: 2, Rank: 2}, sampler.Progress{})
+			return err
+		}, "rank must be in [0, 2)"},
 		{"prefix", func() error {
 			_, err := sampler.NewPlan(sampler.Config{N: 5, World: 1}, sampler.Progress{Prefix: 6})
 			return err
