@@ -12,6 +12,8 @@ Configurations:
   that the ratios quote) and with ``concurrency="auto"`` ("spdl-go auto",
   compared with the best hand-tuned one);
 * torch DataLoader over a PIL map-style Dataset, num_workers 0, 1, 2, 4;
+* the same PIL Dataset through spdl_go.DataLoader with 2 and 4 threads
+  (Python's GIL is held only while Pillow is not decoding);
 * SPDL 0.8 (``pip install spdl``): spdl.pipeline.PipelineBuilder with
   spdl.io.demux_image + decode_packets (FFmpeg filter scale+crop, rgb24),
   concurrency = cores -> aggregate(32) -> convert_frames -> spdl.io.to_torch;
@@ -96,6 +98,14 @@ def dataloader_loader(items, workers: int):
         del it  # shuts down (and reaps) the workers
 
 
+def spdl_go_dataloader_loader(items, threads: int):
+    """The same PIL dataset through spdl_go.DataLoader: threads, not processes."""
+    import spdl_go
+
+    with spdl_go.DataLoader(PILDataset(items), batch_size=BATCH, num_threads=threads, output="torch") as dl:
+        yield from dl
+
+
 def spdl_loader(items, threads: int, decoder_threads: int | None = None):
     import spdl.io
     import torch
@@ -158,6 +168,7 @@ def configs() -> list[tuple[str, str, str]]:
     cs = [("spdl-go auto", "spdl-go", "auto")]
     cs += [(f"spdl-go c={c}", "spdl-go", str(c)) for c in SPDL_GO_HAND]
     cs += [(f"DataLoader+PIL w={w}", "dataloader", str(w)) for w in DL_WORKERS]
+    cs += [(f"spdl_go.DataLoader+PIL t={t}", "spdl-go-dl", str(t)) for t in (2, 4)]
     cs += [(f"SPDL 0.8 t={CORES}", "spdl", str(CORES)), (f"SPDL 0.8 t={CORES}, 1 decoder thread", "spdl1", str(CORES))]
     return cs
 
@@ -167,6 +178,8 @@ def loader(kind: str, param: str, items):
         return spdl_go_loader(items, param if param == "auto" else int(param))
     if kind == "dataloader":
         return dataloader_loader(items, int(param))
+    if kind == "spdl-go-dl":
+        return spdl_go_dataloader_loader(items, int(param))
     if kind == "spdl":
         return spdl_loader(items, int(param))
     if kind == "spdl1":
