@@ -157,7 +157,10 @@ func headerDims(f format, b []byte) (w, h int, ok bool, err error) {
 			v := le.Uint32(b[21:])
 			return int(v&0x3fff) + 1, int((v>>14)&0x3fff) + 1, true, nil
 		case "VP8X":
-			return int(le.Uint32(b[24:])&0xffffff) + 1, int(le.Uint32(b[27:])&0xffffff) + 1, true, nil
+			// 24-bit canvas width and height, minus one, at 24 and 27:
+			// read as 3 bytes, since a 30-byte file ends right after.
+			u24 := func(p []byte) int { return int(p[0]) | int(p[1])<<8 | int(p[2])<<16 }
+			return u24(b[24:27]) + 1, u24(b[27:30]) + 1, true, nil
 		}
 		return 0, 0, false, nil
 	case fmtTIFF:
