@@ -27,6 +27,23 @@ import numpy as np
 CACHE = Path(os.environ.get("SPDL_GO_BENCH_DATA", Path.home() / ".cache" / "spdl-go-bench"))
 
 
+def _cached(kind: str, version: str, n: int, seed: int, *key_extra) -> tuple[Path, list[tuple[str, int]] | None]:
+    """The cache folder of a generated set, and its (path, label) items if
+    it was generated before."""
+    key = hashlib.sha1(json.dumps([version, n, seed, *key_extra]).encode()).hexdigest()[:12]
+    root = CACHE / f"{kind}-{n}-{seed}-{key}"
+    manifest = root / "manifest.json"
+    if manifest.exists():
+        return root, [(str(root / p), l) for p, l in json.loads(manifest.read_text())]
+    return root, None
+
+
+def _save(root: Path, items: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Writes the manifest last, so that an interrupted run regenerates."""
+    (root / "manifest.json").write_text(json.dumps(items))
+    return [(str(root / p), l) for p, l in items]
+
+
 def _photo_like(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
     img = np.zeros((h, w, 3), np.float32)
@@ -77,11 +94,9 @@ def _size(rng: np.random.Generator) -> tuple[int, int]:
 
 def imagenet_like(n: int = 1000, seed: int = 0, classes: int = 10) -> list[tuple[str, int]]:
     """n JPEG files in class folders; returns (path, label) pairs."""
-    key = hashlib.sha1(json.dumps(["imagenet-like-v1", n, seed, classes]).encode()).hexdigest()[:12]
-    root = CACHE / f"images-{n}-{seed}-{key}"
-    manifest = root / "manifest.json"
-    if manifest.exists():
-        return [(str(root / p), l) for p, l in json.loads(manifest.read_text())]
+    root, done = _cached("images", "imagenet-like-v1", n, seed, classes)
+    if done is not None:
+        return done
     from PIL import Image
 
     rng = np.random.default_rng(seed)
@@ -94,8 +109,7 @@ def imagenet_like(n: int = 1000, seed: int = 0, classes: int = 10) -> list[tuple
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(_photo_like(rng, h, w)).save(path, quality=90, subsampling=2)
         items.append((rel, label))
-    manifest.write_text(json.dumps(items))
-    return [(str(root / p), l) for p, l in items]
+    return _save(root, items)
 
 
 # --------------------------------------------------------------------------
@@ -183,11 +197,9 @@ def audio_like(n: int = 400, seed: int = 0, classes: int = 10) -> list[tuple[str
     FLAC (16-bit, made with the ffmpeg CLI from a WAV), the rest 16-bit PCM
     WAV (stdlib ``wave``).
     """
-    key = hashlib.sha1(json.dumps(["audio-like-v1", n, seed, classes]).encode()).hexdigest()[:12]
-    root = CACHE / f"audio-{n}-{seed}-{key}"
-    manifest = root / "manifest.json"
-    if manifest.exists():
-        return [(str(root / p), l) for p, l in json.loads(manifest.read_text())]
+    root, done = _cached("audio", "audio-like-v1", n, seed, classes)
+    if done is not None:
+        return done
     from concurrent.futures import ThreadPoolExecutor
 
     rng = np.random.default_rng(seed)
@@ -216,8 +228,7 @@ def audio_like(n: int = 400, seed: int = 0, classes: int = 10) -> list[tuple[str
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as ex:
         list(ex.map(encode, jobs))
-    manifest.write_text(json.dumps(items))
-    return [(str(root / p), l) for p, l in items]
+    return _save(root, items)
 
 
 # --------------------------------------------------------------------------
@@ -248,11 +259,9 @@ def video_like(n: int = 40, seed: int = 0, classes: int = 10) -> list[tuple[str,
     the cache key records which.
     """
     codec = _video_codec()
-    key = hashlib.sha1(json.dumps(["video-like-v1", n, seed, classes, codec]).encode()).hexdigest()[:12]
-    root = CACHE / f"video-{n}-{seed}-{key}"
-    manifest = root / "manifest.json"
-    if manifest.exists():
-        return [(str(root / p), l) for p, l in json.loads(manifest.read_text())]
+    root, done = _cached("video", "video-like-v1", n, seed, classes, codec)
+    if done is not None:
+        return done
     from concurrent.futures import ThreadPoolExecutor
 
     rng = np.random.default_rng(seed)
@@ -285,8 +294,7 @@ def video_like(n: int = 40, seed: int = 0, classes: int = 10) -> list[tuple[str,
         items.append((rel, label))
     with ThreadPoolExecutor(os.cpu_count() or 1) as ex:
         list(ex.map(lambda a: _ffmpeg(*a), jobs))
-    manifest.write_text(json.dumps(items))
-    return [(str(root / p), l) for p, l in items]
+    return _save(root, items)
 
 
 if __name__ == "__main__":
