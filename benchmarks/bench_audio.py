@@ -46,7 +46,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import ItemsDataset, clips_main, measure  # noqa: E402
+from harness import ItemsDataset, clips_main, measure_batches  # noqa: E402
 
 CORES = os.cpu_count() or 1
 BATCH = 16
@@ -237,19 +237,7 @@ def worker(kind: str, param: str, n_clips: int) -> dict:
     from datasets import audio_like
 
     items = audio_like(n_clips)
-    shapes = set()
-
-    def count(batch) -> int:
-        audio, labels = batch
-        shp = tuple(audio.shape)
-        assert audio.dtype == torch.float32 and shp[1:] == (1, SAMPLES), (audio.dtype, shp)
-        assert labels.dtype == torch.int64 and tuple(labels.shape) == (shp[0],), (labels.dtype, labels.shape)
-        shapes.add((str(audio.dtype), shp[1:], str(labels.dtype)))
-        return shp[0]
-
-    r = measure(LOADERS[kind](items, param), count, len(items))
-    r["sample"] = [list(map(str, s)) for s in sorted(shapes)]
-    return r
+    return measure_batches(LOADERS[kind](items, param), torch.float32, (1, SAMPLES), len(items))
 
 
 # --------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import ItemsDataset, clips_main, measure  # noqa: E402
+from harness import ItemsDataset, clips_main, measure_batches  # noqa: E402
 
 CORES = os.cpu_count() or 1
 BATCH = 4
@@ -209,19 +209,7 @@ def worker(kind: str, param: str, n_clips: int) -> dict:
     from datasets import video_like
 
     items = video_like(n_clips)
-    shapes = set()
-
-    def count(batch) -> int:
-        clips, labels = batch
-        shp = tuple(clips.shape)
-        assert clips.dtype == torch.uint8 and shp[1:] == (FRAMES, SIZE, SIZE, 3), (clips.dtype, shp)
-        assert labels.dtype == torch.int64 and tuple(labels.shape) == (shp[0],), (labels.dtype, labels.shape)
-        shapes.add((str(clips.dtype), shp[1:], str(labels.dtype)))
-        return shp[0]
-
-    r = measure(LOADERS[kind](items, param), count, len(items))
-    r["sample"] = [list(map(str, s)) for s in sorted(shapes)]
-    return r
+    return measure_batches(LOADERS[kind](items, param), torch.uint8, (FRAMES, SIZE, SIZE, 3), len(items))
 
 
 # --------------------------------------------------------------------------

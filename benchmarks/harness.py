@@ -395,3 +395,25 @@ def clips_main(
     meta = {"clips": args.clips, "repeat": args.repeat, "threads": args.threads, "cores": cores, "batch": batch}
     meta |= {"same_batches": same, "batches": samples, "ratios": rat}
     write_results(args.json, meta, rows, runs, skipped, title, "clips")
+
+
+def measure_batches(batches: Iterable[Any], dtype: Any, sample_shape: tuple, expect: int) -> dict:
+    """``measure`` for loaders that yield (data, labels) torch batches:
+    checks each batch's dtype and per-sample shape and int64 labels, and
+    records the batch description ("sample") so that runs can show every
+    configuration produced the same batches."""
+    import torch
+
+    shapes = set()
+
+    def count(batch) -> int:
+        data, labels = batch
+        shp = tuple(data.shape)
+        assert data.dtype == dtype and shp[1:] == sample_shape, (data.dtype, shp)
+        assert labels.dtype == torch.int64 and tuple(labels.shape) == (shp[0],), (labels.dtype, labels.shape)
+        shapes.add((str(data.dtype), shp[1:], str(labels.dtype)))
+        return shp[0]
+
+    r = measure(batches, count, expect)
+    r["sample"] = [list(map(str, s)) for s in sorted(shapes)]
+    return r
