@@ -150,6 +150,20 @@ int spdl_pipeline_trace_write(uint64_t pipeline, const char *path, char **err);
  *   cached in the pool, out[3] allocations made.
  * spdl_mem_set_pool_limit: bytes the pool may cache (default 256 MiB).
  * spdl_mem_trim: frees every cached buffer.
+ *
+ * A tensor made by the to_device op is in CUDA device memory (DLDevice
+ * kDLCUDA); its data is a device address.
+ * spdl_tensor_note_stream: call before exporting a device tensor with the
+ *   stream the consumer passed to __dlpack__ (1 legacy default, 2
+ *   per-thread default, else a cudaStream_t; -1 when the consumer gave no
+ *   stream to follow). The memory is reused only after that stream's
+ *   queued work, or freed with cudaFree (which waits for the device) when
+ *   the stream is unknown or several were noted. No-op on CPU tensors.
+ * spdl_cuda_mem_stats: out[0] pinned bytes in use, out[1] pinned bytes
+ *   cached, out[2] device bytes in use, out[3] device bytes cached,
+ *   out[4] buffers allocated from CUDA, out[5] freed to CUDA, out[6] reuses
+ *   that waited for a consumer's stream.
+ * spdl_cuda_mem_trim: frees every cached pinned and device buffer.
  */
 typedef struct spdl_tensor spdl_tensor;
 struct DLTensor;
@@ -163,6 +177,9 @@ struct DLManagedTensor *spdl_tensor_to_dlpack_legacy(spdl_tensor *t);
 void spdl_mem_stats(int64_t out[4]);
 void spdl_mem_set_pool_limit(int64_t bytes);
 void spdl_mem_trim(void);
+void spdl_tensor_note_stream(spdl_tensor *t, intptr_t stream);
+void spdl_cuda_mem_stats(int64_t out[7]);
+void spdl_cuda_mem_trim(void);
 
 /* Bytes of Arrow buffers (C memory) alive now, exported or not. */
 int64_t spdl_arrow_allocated_bytes(void);

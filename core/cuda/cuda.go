@@ -18,6 +18,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/spdl-go/spdl-go/core/tensor"
 )
 
 // Error is a CUDA runtime error: the call, its code and CUDA's description.
@@ -55,19 +57,75 @@ type Runtime struct {
 	memcpyAsync         func(uintptr, uintptr, uintptr, int32, uintptr) int32
 	runtimeGetVersion   func(*int32) int32
 	driverGetVersionFun func(*int32) int32
+	streamCreateFlags   func(*uintptr, uint32) int32
+	streamWaitEvent     func(uintptr, uintptr, uint32) int32
+	eventCreateFlags    func(*uintptr, uint32) int32
+	eventRecord         func(uintptr, uintptr) int32
+	eventSynchronize    func(uintptr) int32
+	eventDestroy        func(uintptr) int32
+
+	addrs   map[string]uintptr // every bound function's address
+	streams streamPool
+}
+
+// symbols are the runtime functions spdl-go binds.
+var symbols = []string{
+	"cudaGetDeviceCount", "cudaSetDevice", "cudaGetErrorString", "cudaHostAlloc", "cudaFreeHost",
+	"cudaMalloc", "cudaFree", "cudaStreamCreate", "cudaStreamSynchronize", "cudaStreamDestroy",
+	"cudaMemcpyAsync", "cudaRuntimeGetVersion", "cudaDriverGetVersion", "cudaStreamCreateWithFlags",
+	"cudaStreamWaitEvent", "cudaEventCreateWithFlags", "cudaEventRecord", "cudaEventSynchronize",
+	"cudaEventDestroy",
 }
 
 var (
-	loadOnce sync.Once
-	loaded   *Runtime
-	loadErr  error
+	mu        sync.Mutex
+	installed *Runtime // the process's runtime, once one is in use
 )
 
-// Default loads the runtime once per process from $SPDL_GO_CUDART or the
-// linker's search path, and returns it (or why it could not).
-func Default() (*Runtime, error) {
-	loadOnce.Do(func() { loaded, loadErr = Load() })
-	return loaded, loadErr
+// Default loads the runtime from $SPDL_GO_CUDART or the linker's search
+// path, as Use does with no paths.
+func Default() (*Runtime, error) { return Use() }
+
+// Use returns the process's CUDA runtime, loading it (Load(paths...)) and
+// installing it on first success. Pinned and device tensors need one
+// runtime for the life of the process, so later calls return the same
+// one whatever their paths.
+func Use(paths ...string) (*Runtime, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if installed != nil {
+		return installed, nil
+	}
+	r, err := Load(paths...)
+	if err != nil {
+		return nil, err
+	}
+	if err := installLocked(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Install makes r the process's CUDA runtime (what Use returns), unless
+// one is already installed; installing the same one again is allowed.
+func Install(r *Runtime) error {
+	mu.Lock()
+	defer mu.Unlock()
+	if installed == r {
+		return nil
+	}
+	if installed != nil {
+		return fmt.Errorf("cuda: a runtime (%s) is already in use in this process", installed.Path)
+	}
+	return installLocked(r)
+}
+
+func installLocked(r *Runtime) error {
+	if err := tensor.InstallCUDA(r.TensorFuncs()); err != nil {
+		return err
+	}
+	installed = r
+	return nil
 }
 
 // Load opens the first CUDA runtime library that loads: paths, then
@@ -100,31 +158,58 @@ func Load(paths ...string) (*Runtime, error) {
 
 // bind resolves every function spdl-go uses; a library that lacks one is
 // not a CUDA runtime it can use.
-func bind(h uintptr, path string) (r *Runtime, err error) {
-	defer func() {
-		if p := recover(); p != nil { // RegisterLibFunc panics on a missing symbol
-			r, err = nil, fmt.Errorf("%v", p)
+func bind(h uintptr, path string) (*Runtime, error) {
+	return FromSymbols(path, func(name string) (uintptr, error) { return purego.Dlsym(h, name) })
+}
+
+// FromSymbols builds a Runtime from function addresses that lookup
+// returns: Load uses the loaded library's, and tests may give a stand-in
+// implementation of the same C functions.
+func FromSymbols(path string, lookup func(name string) (uintptr, error)) (*Runtime, error) {
+	r := &Runtime{Path: path, addrs: map[string]uintptr{}}
+	for _, name := range symbols {
+		a, err := lookup(name)
+		if err != nil || a == 0 {
+			return nil, fmt.Errorf("missing %s (%v)", name, err)
 		}
-	}()
-	r = &Runtime{Path: path}
+		r.addrs[name] = a
+	}
 	for name, fn := range map[string]any{
-		"cudaGetDeviceCount":    &r.getDeviceCount,
-		"cudaSetDevice":         &r.setDevice,
-		"cudaGetErrorString":    &r.getErrorString,
-		"cudaHostAlloc":         &r.hostAlloc,
-		"cudaFreeHost":          &r.freeHost,
-		"cudaMalloc":            &r.malloc,
-		"cudaFree":              &r.free,
-		"cudaStreamCreate":      &r.streamCreate,
-		"cudaStreamSynchronize": &r.streamSynchronize,
-		"cudaStreamDestroy":     &r.streamDestroy,
-		"cudaMemcpyAsync":       &r.memcpyAsync,
-		"cudaRuntimeGetVersion": &r.runtimeGetVersion,
-		"cudaDriverGetVersion":  &r.driverGetVersionFun,
+		"cudaGetDeviceCount":        &r.getDeviceCount,
+		"cudaSetDevice":             &r.setDevice,
+		"cudaGetErrorString":        &r.getErrorString,
+		"cudaHostAlloc":             &r.hostAlloc,
+		"cudaFreeHost":              &r.freeHost,
+		"cudaMalloc":                &r.malloc,
+		"cudaFree":                  &r.free,
+		"cudaStreamCreate":          &r.streamCreate,
+		"cudaStreamSynchronize":     &r.streamSynchronize,
+		"cudaStreamDestroy":         &r.streamDestroy,
+		"cudaMemcpyAsync":           &r.memcpyAsync,
+		"cudaRuntimeGetVersion":     &r.runtimeGetVersion,
+		"cudaDriverGetVersion":      &r.driverGetVersionFun,
+		"cudaStreamCreateWithFlags": &r.streamCreateFlags,
+		"cudaStreamWaitEvent":       &r.streamWaitEvent,
+		"cudaEventCreateWithFlags":  &r.eventCreateFlags,
+		"cudaEventRecord":           &r.eventRecord,
+		"cudaEventSynchronize":      &r.eventSynchronize,
+		"cudaEventDestroy":          &r.eventDestroy,
 	} {
-		purego.RegisterLibFunc(fn, h, name)
+		purego.RegisterFunc(fn, r.addrs[name])
 	}
 	return r, nil
+}
+
+// TensorFuncs are the addresses core/tensor needs for pinned and device
+// tensors (tensor.InstallCUDA).
+func (r *Runtime) TensorFuncs() tensor.CUDAFuncs {
+	a := r.addrs
+	return tensor.CUDAFuncs{
+		HostAlloc: a["cudaHostAlloc"], FreeHost: a["cudaFreeHost"], Malloc: a["cudaMalloc"], Free: a["cudaFree"],
+		EventCreateWithFlags: a["cudaEventCreateWithFlags"], EventRecord: a["cudaEventRecord"],
+		EventDestroy: a["cudaEventDestroy"], StreamWaitEvent: a["cudaStreamWaitEvent"],
+		EventSynchronize: a["cudaEventSynchronize"],
+	}
 }
 
 func (r *Runtime) check(call string, code int32) error {
@@ -202,6 +287,19 @@ func (r *Runtime) StreamCreate() (Stream, error) {
 	return Stream(s), nil
 }
 
+// StreamNonBlocking makes a stream that does not wait for, nor hold up,
+// work on the legacy default stream (where PyTorch computes by default).
+const StreamNonBlocking = 0x01
+
+// StreamCreateWithFlags creates a stream on the current device.
+func (r *Runtime) StreamCreateWithFlags(flags uint32) (Stream, error) {
+	var s uintptr
+	if err := r.check("cudaStreamCreateWithFlags", r.streamCreateFlags(&s, flags)); err != nil {
+		return 0, err
+	}
+	return Stream(s), nil
+}
+
 // Synchronize waits until everything queued on s has run.
 func (r *Runtime) Synchronize(s Stream) error {
 	return r.check("cudaStreamSynchronize", r.streamSynchronize(uintptr(s)))
@@ -216,4 +314,38 @@ func (r *Runtime) StreamDestroy(s Stream) error {
 // DeviceToHost. From pinned host memory it returns at once.
 func (r *Runtime) MemcpyAsync(dst, src uintptr, n int, kind int, s Stream) error {
 	return r.check("cudaMemcpyAsync", r.memcpyAsync(dst, src, uintptr(n), int32(kind), uintptr(s)))
+}
+
+// streamPool keeps idle streams per device: a transfer borrows one, so
+// concurrent transfers do not wait for each other's copies.
+type streamPool struct {
+	mu   sync.Mutex
+	idle map[int][]Stream
+}
+
+// BorrowStream returns an idle non-blocking stream of device dev, creating
+// one if none is idle; the calling OS thread must have dev current. Give
+// it back with ReturnStream once its work is synchronised. Streams live as
+// long as the process, and there are at most as many as transfers ever ran
+// at once.
+func (r *Runtime) BorrowStream(dev int) (Stream, error) {
+	r.streams.mu.Lock()
+	if idle := r.streams.idle[dev]; len(idle) > 0 {
+		s := idle[len(idle)-1]
+		r.streams.idle[dev] = idle[:len(idle)-1]
+		r.streams.mu.Unlock()
+		return s, nil
+	}
+	r.streams.mu.Unlock()
+	return r.StreamCreateWithFlags(StreamNonBlocking)
+}
+
+// ReturnStream gives back a stream from BorrowStream.
+func (r *Runtime) ReturnStream(dev int, s Stream) {
+	r.streams.mu.Lock()
+	defer r.streams.mu.Unlock()
+	if r.streams.idle == nil {
+		r.streams.idle = map[int][]Stream{}
+	}
+	r.streams.idle[dev] = append(r.streams.idle[dev], s)
 }

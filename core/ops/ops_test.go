@@ -72,7 +72,7 @@ func elems(t *testing.T, x *tensor.Tensor) []float64 {
 }
 
 func TestNew(t *testing.T) {
-	if got, want := ops.Names(), []string{"collate", "identity", "read_file", "to_tensor"}; !slices.Equal(got, want) {
+	if got, want := ops.Names(), []string{"collate", "identity", "read_file", "to_device", "to_tensor"}; !slices.Equal(got, want) {
 		t.Errorf("Names = %v, want %v", got, want)
 	}
 	for _, tc := range []struct {
@@ -86,7 +86,7 @@ func TestNew(t *testing.T) {
 		{"to_tensor dtype", "to_tensor", map[string]any{"dtype": "uint8"}, ""},
 		{"collate opts", "collate", map[string]any{"pad": true, "pad_value": int64(-1)}, ""},
 		{"collate None opt", "collate", map[string]any{"pad_value": nil}, ""},
-		{"unknown op", "no_such_op", nil, `unknown op "no_such_op"; known ops: collate, identity, read_file, to_tensor`},
+		{"unknown op", "no_such_op", nil, `unknown op "no_such_op"; known ops: collate, identity, read_file, to_device, to_tensor`},
 		{"identity option", "identity", map[string]any{"x": int64(1)}, `unknown option "x"; this op takes no options`},
 		{"bad dtype", "to_tensor", map[string]any{"dtype": "float128"}, `option "dtype": tensor: unknown dtype "float128"`},
 		{"dtype not str", "to_tensor", map[string]any{"dtype": int64(3)}, `option "dtype" must be a str, not 3`},

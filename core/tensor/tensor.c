@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OWNER_POOL, OWNER_VERSIONED, OWNER_LEGACY };
+enum { OWNER_POOL, OWNER_VERSIONED, OWNER_LEGACY, OWNER_PINNED, OWNER_DEVICE };
+
+typedef struct cuda_buf cuda_buf;
 
 struct spdl_tensor {
   atomic_llong refs;
@@ -21,6 +23,9 @@ struct spdl_tensor {
   void* buf;         // OWNER_POOL: the pooled buffer
   size_t cap;        // OWNER_POOL: its size class in bytes
   int cls;           // OWNER_POOL: its size class index
+  cuda_buf* cbuf;    // OWNER_PINNED, OWNER_DEVICE: the pooled CUDA buffer
+  atomic_intptr_t stream;  // OWNER_DEVICE: the consumer's stream, 0 if none
+  atomic_int streams_differ;  // OWNER_DEVICE: noted on two streams
   int64_t dims[];    // shape[ndim] then strides[ndim]
 };
 
@@ -167,6 +172,8 @@ static spdl_tensor* new_block(int32_t ndim) {
   t->dl.ndim = ndim;
   t->dl.shape = ndim > 0 ? t->dims : NULL;
   t->dl.strides = ndim > 0 ? t->dims + ndim : NULL;
+  atomic_init(&t->stream, 0);
+  atomic_init(&t->streams_differ, 0);
   atomic_fetch_add(&st_blocks, 1);
   return t;
 }
@@ -246,6 +253,8 @@ spdl_tensor* spdl_tensor_from_dlpack_legacy(DLManagedTensor* m) {
   return t;
 }
 
+static void cuda_put(spdl_tensor* t);
+
 void spdl_tensor_incref(spdl_tensor* t) {
   atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
 }
@@ -256,6 +265,10 @@ void spdl_tensor_decref(spdl_tensor* t) {
   switch (t->owner) {
     case OWNER_POOL:
       pool_put(t->buf, t->cap, t->cls);
+      break;
+    case OWNER_PINNED:
+    case OWNER_DEVICE:
+      cuda_put(t);
       break;
     case OWNER_VERSIONED: {
       DLManagedTensorVersioned* m = t->foreign;
@@ -270,6 +283,272 @@ void spdl_tensor_decref(spdl_tensor* t) {
   }
   atomic_fetch_sub(&st_blocks, 1);
   free(t);
+}
+
+// ---- CUDA memory -------------------------------------------------------------
+//
+// Pinned and device buffers use the CPU pool's size classes, one set of
+// free lists per memory (slot 0 pinned, slot d+1 device d). The lists hold
+// small nodes, since device memory cannot carry a link. A device node owns
+// an event, created with the buffer (events belong to the device current
+// when they are made, and a release may run on any thread), recorded on the
+// consumer's stream at release and waited for by the producer's stream at
+// reuse.
+
+#define CUDA_SLOTS 17  // pinned + 16 devices
+#define CUDA_EVENT_DISABLE_TIMING 0x02
+
+struct cuda_buf {
+  void* ptr;
+  size_t cap;
+  int cls;
+  int slot;
+  void* event;   // device buffers: the release event (NULL if it could not be made)
+  int pending;   // event recorded at release and not yet waited for
+  cuda_buf* next;
+};
+
+static spdl_cuda_api cuda_fns;
+static atomic_int cuda_ready;                      // cuda_fns is set
+static pthread_mutex_t cuda_mu = PTHREAD_MUTEX_INITIALIZER;
+static cuda_buf* cuda_free_list[CUDA_SLOTS][NUM_CLASSES];  // guarded by cuda_mu
+static long long cuda_cached[CUDA_SLOTS];          // guarded by cuda_mu
+static long long cuda_limit[2] = {256LL << 20, 1LL << 30};  // pinned, per device; guarded by cuda_mu
+static atomic_llong cst_pinned_live, cst_pinned_cached, cst_dev_live, cst_dev_cached;
+static atomic_llong cst_allocs, cst_frees, cst_waits;
+
+int spdl_cuda_set_api(const spdl_cuda_api* api) {
+  if (api == NULL) return -1;
+  pthread_mutex_lock(&cuda_mu);
+  int rc = 0;
+  if (atomic_load(&cuda_ready)) {
+    rc = memcmp(&cuda_fns, api, sizeof(*api)) == 0 ? 0 : -1;
+  } else {
+    cuda_fns = *api;
+    atomic_store(&cuda_ready, 1);
+  }
+  pthread_mutex_unlock(&cuda_mu);
+  return rc;
+}
+
+void spdl_cuda_mem_stats(int64_t out[7]) {
+  out[0] = atomic_load(&cst_pinned_live);
+  out[1] = atomic_load(&cst_pinned_cached);
+  out[2] = atomic_load(&cst_dev_live);
+  out[3] = atomic_load(&cst_dev_cached);
+  out[4] = atomic_load(&cst_allocs);
+  out[5] = atomic_load(&cst_frees);
+  out[6] = atomic_load(&cst_waits);
+}
+
+static atomic_llong* cuda_live_stat(int slot) { return slot == 0 ? &cst_pinned_live : &cst_dev_live; }
+static atomic_llong* cuda_cached_stat(int slot) { return slot == 0 ? &cst_pinned_cached : &cst_dev_cached; }
+
+// cuda_release_buf gives a buffer back to CUDA. cudaFree waits for the
+// device, so work still reading the buffer finishes first. Errors are
+// ignored: at process exit the runtime may already be unloading.
+static void cuda_release_buf(cuda_buf* b) {
+  if (b->slot == 0) {
+    cuda_fns.free_host(b->ptr);
+  } else {
+    cuda_fns.free(b->ptr);
+    if (b->event != NULL) cuda_fns.event_destroy(b->event);
+  }
+  atomic_fetch_add(&cst_frees, 1);
+  free(b);
+}
+
+// cuda_get returns a buffer of at least n bytes for slot, waiting (on
+// stream, for device buffers) for its last consumer.
+static cuda_buf* cuda_get(int slot, size_t n, void* stream, int* err) {
+  size_t cap;
+  int c = size_class(n, &cap);
+  if (c < 0) {
+    *err = -1;
+    return NULL;
+  }
+  pthread_mutex_lock(&cuda_mu);
+  cuda_buf* b = cuda_free_list[slot][c];
+  if (b != NULL) {
+    cuda_free_list[slot][c] = b->next;
+    cuda_cached[slot] -= (long long)cap;
+    atomic_fetch_sub(cuda_cached_stat(slot), (long long)cap);
+  }
+  pthread_mutex_unlock(&cuda_mu);
+  if (b != NULL && b->pending) {
+    // Queue the wait on the producer's stream; if that is refused, wait
+    // here. A buffer whose last use cannot be waited for is not reused.
+    if (cuda_fns.stream_wait_event(stream, b->event, 0) != 0 &&
+        cuda_fns.event_synchronize(b->event) != 0) {
+      cuda_release_buf(b);
+      b = NULL;
+    } else {
+      b->pending = 0;
+      atomic_fetch_add(&cst_waits, 1);
+    }
+  }
+  if (b == NULL) {
+    b = calloc(1, sizeof(*b));
+    if (b == NULL) {
+      *err = -1;
+      return NULL;
+    }
+    int rc = slot == 0 ? cuda_fns.host_alloc(&b->ptr, cap, 0) : cuda_fns.malloc(&b->ptr, cap);
+    if (rc != 0) {
+      free(b);
+      *err = rc;
+      return NULL;
+    }
+    if (slot != 0 && cuda_fns.event_create(&b->event, CUDA_EVENT_DISABLE_TIMING) != 0) {
+      b->event = NULL;  // released buffers then go back to CUDA, not the pool
+    }
+    b->cap = cap;
+    b->cls = c;
+    b->slot = slot;
+    atomic_fetch_add(&cst_allocs, 1);
+  }
+  atomic_fetch_add(cuda_live_stat(slot), (long long)cap);
+  return b;
+}
+
+static spdl_tensor* cuda_alloc(int slot, int32_t device, void* stream, int32_t ndim,
+                               const int64_t* shape, uint8_t code, uint8_t bits,
+                               uint16_t lanes, int* cuda_err) {
+  int dummy;
+  if (cuda_err == NULL) cuda_err = &dummy;
+  *cuda_err = -1;
+  if (!atomic_load(&cuda_ready)) return NULL;
+  if (slot < 0 || slot >= CUDA_SLOTS) return NULL;
+  if (ndim < 0 || (ndim > 0 && shape == NULL)) return NULL;
+  if (bits == 0 || bits % 8 != 0 || lanes == 0) return NULL;
+  size_t n = (size_t)(bits / 8) * lanes;
+  for (int32_t i = 0; i < ndim; i++) {
+    if (shape[i] < 0) return NULL;
+    if (shape[i] > 0 && n > MAX_BYTES / (size_t)shape[i]) return NULL;
+    n *= (size_t)shape[i];
+  }
+  spdl_tensor* t = new_block(ndim);
+  if (t == NULL) return NULL;
+  t->cbuf = cuda_get(slot, n, stream, cuda_err);
+  if (t->cbuf == NULL) {
+    atomic_fetch_sub(&st_blocks, 1);
+    free(t);
+    return NULL;
+  }
+  *cuda_err = 0;
+  t->owner = slot == 0 ? OWNER_PINNED : OWNER_DEVICE;
+  if (slot != 0) {
+    t->dl.device.device_type = kDLCUDA;
+    t->dl.device.device_id = device;
+  }
+  t->dl.data = t->cbuf->ptr;
+  t->dl.dtype.code = code;
+  t->dl.dtype.bits = bits;
+  t->dl.dtype.lanes = lanes;
+  if (ndim > 0) memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
+  set_compact_strides(t);
+  return t;
+}
+
+spdl_tensor* spdl_tensor_alloc_pinned(int32_t ndim, const int64_t* shape, uint8_t code,
+                                      uint8_t bits, uint16_t lanes, int* cuda_err) {
+  return cuda_alloc(0, 0, NULL, ndim, shape, code, bits, lanes, cuda_err);
+}
+
+spdl_tensor* spdl_tensor_alloc_device(int32_t device, void* stream, int32_t ndim,
+                                      const int64_t* shape, uint8_t code, uint8_t bits,
+                                      uint16_t lanes, int* cuda_err) {
+  if (device < 0 || device >= CUDA_SLOTS - 1) {
+    if (cuda_err != NULL) *cuda_err = -1;
+    return NULL;
+  }
+  return cuda_alloc(device + 1, device, stream, ndim, shape, code, bits, lanes, cuda_err);
+}
+
+void spdl_tensor_note_stream(spdl_tensor* t, intptr_t stream) {
+  if (t == NULL || t->owner != OWNER_DEVICE || stream == 0) return;
+  if (stream == -1) {
+    atomic_store(&t->streams_differ, 1);
+    return;
+  }
+  intptr_t none = 0;
+  if (!atomic_compare_exchange_strong(&t->stream, &none, stream) && none != stream) {
+    atomic_store(&t->streams_differ, 1);
+  }
+}
+
+// cuda_put takes back the buffer of a released pinned or device tensor.
+static void cuda_put(spdl_tensor* t) {
+  cuda_buf* b = t->cbuf;
+  atomic_fetch_sub(cuda_live_stat(b->slot), (long long)b->cap);
+  int keep = 1;
+  if (b->slot != 0) {
+    intptr_t s = atomic_load(&t->stream);
+    if (atomic_load(&t->streams_differ) || b->event == NULL) {
+      keep = 0;
+    } else if (s != 0) {
+      keep = cuda_fns.event_record(b->event, (void*)s) == 0;
+      b->pending = keep;
+    }
+  }
+  if (keep) {
+    long long limit;
+    pthread_mutex_lock(&cuda_mu);
+    limit = cuda_limit[b->slot == 0 ? 0 : 1];
+    if (cuda_cached[b->slot] + (long long)b->cap <= limit) {
+      b->next = cuda_free_list[b->slot][b->cls];
+      cuda_free_list[b->slot][b->cls] = b;
+      cuda_cached[b->slot] += (long long)b->cap;
+      atomic_fetch_add(cuda_cached_stat(b->slot), (long long)b->cap);
+      b = NULL;
+    }
+    pthread_mutex_unlock(&cuda_mu);
+  }
+  if (b != NULL) cuda_release_buf(b);
+}
+
+// cuda_shrink_locked unlinks cached buffers of slot until at most keep
+// bytes remain, returning them as a chain to release after unlocking.
+static cuda_buf* cuda_shrink_locked(int slot, long long keep, cuda_buf* chain) {
+  for (int c = NUM_CLASSES - 1; c >= 0 && cuda_cached[slot] > keep; c--) {
+    while (cuda_free_list[slot][c] != NULL && cuda_cached[slot] > keep) {
+      cuda_buf* b = cuda_free_list[slot][c];
+      cuda_free_list[slot][c] = b->next;
+      cuda_cached[slot] -= (long long)b->cap;
+      atomic_fetch_sub(cuda_cached_stat(slot), (long long)b->cap);
+      b->next = chain;
+      chain = b;
+    }
+  }
+  return chain;
+}
+
+static void cuda_release_chain(cuda_buf* b) {
+  while (b != NULL) {
+    cuda_buf* next = b->next;
+    cuda_release_buf(b);
+    b = next;
+  }
+}
+
+void spdl_cuda_set_pool_limits(int64_t pinned_bytes, int64_t device_bytes) {
+  if (pinned_bytes < 0) pinned_bytes = 0;
+  if (device_bytes < 0) device_bytes = 0;
+  cuda_buf* chain = NULL;
+  pthread_mutex_lock(&cuda_mu);
+  cuda_limit[0] = pinned_bytes;
+  cuda_limit[1] = device_bytes;
+  for (int s = 0; s < CUDA_SLOTS; s++) chain = cuda_shrink_locked(s, cuda_limit[s == 0 ? 0 : 1], chain);
+  pthread_mutex_unlock(&cuda_mu);
+  cuda_release_chain(chain);
+}
+
+void spdl_cuda_mem_trim(void) {
+  cuda_buf* chain = NULL;
+  pthread_mutex_lock(&cuda_mu);
+  for (int s = 0; s < CUDA_SLOTS; s++) chain = cuda_shrink_locked(s, 0, chain);
+  pthread_mutex_unlock(&cuda_mu);
+  cuda_release_chain(chain);
 }
 
 const DLTensor* spdl_tensor_dltensor(const spdl_tensor* t) { return &t->dl; }

@@ -71,20 +71,34 @@ func (t *Tensor) view() *C.DLTensor {
 
 // New allocates a contiguous tensor. Its contents are not initialized.
 func New(dt DType, shape ...int64) (*Tensor, error) {
+	size, sp, err := checkShape(dt, shape)
+	if err != nil {
+		return nil, err
+	}
+	p := C.spdl_tensor_alloc(C.int32_t(len(shape)), sp, C.uint8_t(dt.Code), C.uint8_t(dt.Bits), C.uint16_t(dt.Lanes))
+	if p == nil {
+		return nil, fmt.Errorf("tensor: out of memory allocating %v %v (%d bytes)", dt, shape, size)
+	}
+	return wrap(p), nil
+}
+
+// checkShape validates an allocation and returns its size in bytes and
+// the shape as C sees it.
+func checkShape(dt DType, shape []int64) (uint64, *C.int64_t, error) {
 	if dt.Bits == 0 || dt.Bits%8 != 0 || dt.Lanes == 0 {
-		return nil, fmt.Errorf("tensor: cannot allocate %v: element size must be whole bytes", dt)
+		return 0, nil, fmt.Errorf("tensor: cannot allocate %v: element size must be whole bytes", dt)
 	}
 	if len(shape) > 1<<20 {
-		return nil, fmt.Errorf("tensor: %d dimensions is too many", len(shape))
+		return 0, nil, fmt.Errorf("tensor: %d dimensions is too many", len(shape))
 	}
 	size := uint64(dt.ItemSize())
 	for _, d := range shape {
 		if d < 0 {
-			return nil, fmt.Errorf("tensor: negative dimension in shape %v", shape)
+			return 0, nil, fmt.Errorf("tensor: negative dimension in shape %v", shape)
 		}
 		hi, lo := bits.Mul64(size, uint64(d))
 		if hi != 0 || lo > 1<<62 {
-			return nil, fmt.Errorf("tensor: shape %v of %v is too large", shape, dt)
+			return 0, nil, fmt.Errorf("tensor: shape %v of %v is too large", shape, dt)
 		}
 		size = lo
 	}
@@ -92,11 +106,7 @@ func New(dt DType, shape ...int64) (*Tensor, error) {
 	if len(shape) > 0 {
 		sp = (*C.int64_t)(unsafe.Pointer(&shape[0]))
 	}
-	p := C.spdl_tensor_alloc(C.int32_t(len(shape)), sp, C.uint8_t(dt.Code), C.uint8_t(dt.Bits), C.uint16_t(dt.Lanes))
-	if p == nil {
-		return nil, fmt.Errorf("tensor: out of memory allocating %v %v (%d bytes)", dt, shape, size)
-	}
-	return wrap(p), nil
+	return size, sp, nil
 }
 
 // FromDLPackVersioned takes ownership of p, a DLManagedTensorVersioned*,
@@ -267,15 +277,16 @@ func (t *Tensor) Contiguous() bool {
 func (t *Tensor) ReadOnly() bool { return C.spdl_tensor_read_only(t.ptr()) != 0 }
 
 // Data is the address of the first element (nil for some empty imported
-// tensors). It is C memory, valid while t is held.
+// tensors). It is C memory, valid while t is held; for a tensor that is
+// not OnCPU it is a device address, which the CPU must not dereference.
 func (t *Tensor) Data() unsafe.Pointer { return t.view().data }
 
 // Bytes views the elements of a contiguous tensor as bytes, without a copy;
 // the slice is valid while t is held. It is nil for a non-contiguous or
-// empty tensor.
+// empty tensor, and for one in GPU memory.
 func (t *Tensor) Bytes() []byte {
 	n := t.NBytes()
-	if n == 0 || t.Data() == nil || !t.Contiguous() {
+	if n == 0 || t.Data() == nil || !t.Contiguous() || !t.OnCPU() {
 		return nil
 	}
 	return unsafe.Slice((*byte)(t.Data()), n)
@@ -315,6 +326,9 @@ func (t *Tensor) Convert(dt DType) (*Tensor, error) {
 // converted if the dtypes differ. Neither tensor is released.
 func CopyInto(dst *Tensor, index []int64, src *Tensor) error {
 	ddl, sdl := dst.view(), src.view()
+	if !dst.OnCPU() || !src.OnCPU() {
+		return fmt.Errorf("tensor: cannot copy %v on %v into %v on %v on the CPU; CPU ops come before to_device", src, src.Device(), dst, dst.Device())
+	}
 	dshape, sshape := dst.Shape(), src.Shape()
 	if len(index)+len(sshape) != len(dshape) {
 		return fmt.Errorf("tensor: cannot copy %v into %v at index %v: dimensions differ", src, dst, index)
@@ -355,6 +369,9 @@ func CopyInto(dst *Tensor, index []int64, src *Tensor) error {
 // Fill sets every element of t to v, converted to t's dtype.
 func (t *Tensor) Fill(v float64) error {
 	dl := t.view()
+	if !t.OnCPU() {
+		return fmt.Errorf("tensor: cannot fill %v on %v on the CPU", t, t.Device())
+	}
 	if t.ReadOnly() {
 		return fmt.Errorf("tensor: cannot fill read-only %v", t)
 	}

@@ -1,5 +1,6 @@
 /*
- * tensor.h: spdl-go's reference-counted CPU tensor and its DLPack exchange.
+ * tensor.h: spdl-go's reference-counted tensors (CPU, pinned and CUDA
+ * device memory) and their DLPack exchange.
  *
  * These functions are part of libspdl's C ABI: Python calls some of them
  * through ctypes. Every function is safe to call from any thread, and
@@ -14,6 +15,7 @@
 #ifndef SPDL_TENSOR_H_
 #define SPDL_TENSOR_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dlpack.h"
@@ -52,7 +54,7 @@ void spdl_tensor_incref(spdl_tensor* t);
  * or the foreign deleter called). NULL is ignored. */
 void spdl_tensor_decref(spdl_tensor* t);
 
-/* The tensor's view: CPU device, byte_offset 0, strides never NULL. Valid
+/* The tensor's view: byte_offset 0, strides never NULL. Valid
  * while the caller holds a reference; the caller must not modify it. */
 const DLTensor* spdl_tensor_dltensor(const spdl_tensor* t);
 
@@ -80,6 +82,81 @@ void spdl_mem_set_pool_limit(int64_t bytes);
 
 /* Frees every cached buffer. Buffers in use are not affected. */
 void spdl_mem_trim(void);
+
+/* ---- CUDA memory -----------------------------------------------------------
+ *
+ * libspdl does not link CUDA. core/cuda loads the runtime at run time and
+ * hands its functions over with spdl_cuda_set_api; until then the
+ * functions below fail. Device and pinned buffers are pooled like CPU ones,
+ * per device and size class, up to a byte limit each (default 1 GiB per
+ * device and 256 MiB pinned).
+ *
+ * A device buffer may still be read by the consumer's GPU work when its
+ * tensor is released (torch frees a tensor before the kernels that read it
+ * have run). So the release records an event on the stream the consumer
+ * named in __dlpack__(stream=...) (spdl_tensor_note_stream), and the next
+ * allocation of that buffer makes the producer's stream wait for the event
+ * before anything is written. A buffer noted on two different streams, or
+ * whose event cannot be recorded, is freed with cudaFree instead, which
+ * waits for the device. */
+
+/* The CUDA runtime functions libspdl calls, as cudart declares them (the
+ * cudaError_t results are ints; 0 is success). */
+typedef struct {
+  int (*host_alloc)(void** p, size_t n, unsigned int flags);
+  int (*free_host)(void* p);
+  int (*malloc)(void** p, size_t n);
+  int (*free)(void* p);
+  int (*event_create)(void** ev, unsigned int flags);
+  int (*event_record)(void* ev, void* stream);
+  int (*event_destroy)(void* ev);
+  int (*stream_wait_event)(void* stream, void* ev, unsigned int flags);
+  int (*event_synchronize)(void* ev);
+} spdl_cuda_api;
+
+/* Installs the runtime's functions (copied). The first call wins: a later
+ * call with different functions returns -1 and changes nothing, since
+ * buffers from the first runtime may be alive. Returns 0 on success. */
+int spdl_cuda_set_api(const spdl_cuda_api* api);
+
+/* Allocates a contiguous tensor in pinned (page-locked) host memory. Its
+ * DLPack device is kDLCPU: the CPU reads it like any other memory, and
+ * copies from it to a GPU are asynchronous. On failure returns NULL and
+ * sets *cuda_err to the CUDA error, or to -1 if no runtime is installed or
+ * the shape is invalid (NULL cuda_err is allowed). */
+spdl_tensor* spdl_tensor_alloc_pinned(int32_t ndim, const int64_t* shape, uint8_t code,
+                                      uint8_t bits, uint16_t lanes, int* cuda_err);
+
+/* Allocates a contiguous tensor in the memory of CUDA device `device`
+ * (DLPack kDLCUDA). The caller must be on that device (cudaSetDevice) and
+ * will write the buffer only with work queued on `stream`: if the buffer
+ * comes from the pool and its last consumer's work may still be pending,
+ * `stream` is made to wait for it first. Errors as spdl_tensor_alloc_pinned. */
+spdl_tensor* spdl_tensor_alloc_device(int32_t device, void* stream, int32_t ndim,
+                                      const int64_t* shape, uint8_t code, uint8_t bits,
+                                      uint16_t lanes, int* cuda_err);
+
+/* Notes that a consumer will use t on CUDA stream `stream` (a cudaStream_t,
+ * or 1 / 2 for the legacy / per-thread default stream, as DLPack numbers
+ * them), or -1 for a stream it does not know. Called by __dlpack__ before
+ * it exports a device tensor. A buffer noted with -1 or with two different
+ * streams is freed with cudaFree, not reused. Does nothing for other
+ * tensors. */
+void spdl_tensor_note_stream(spdl_tensor* t, intptr_t stream);
+
+/* CUDA memory statistics:
+ *   out[0] bytes of pinned buffers in use,   out[1] pinned bytes cached,
+ *   out[2] bytes of device buffers in use,   out[3] device bytes cached,
+ *   out[4] buffers allocated from CUDA since start,
+ *   out[5] buffers freed to CUDA since start,
+ *   out[6] reuses that had to wait for a consumer's event. */
+void spdl_cuda_mem_stats(int64_t out[7]);
+
+/* Sets the cache limits (negative means 0) and frees what is above them. */
+void spdl_cuda_set_pool_limits(int64_t pinned_bytes, int64_t device_bytes_per_device);
+
+/* Frees every cached pinned and device buffer. */
+void spdl_cuda_mem_trim(void);
 
 #ifdef __cplusplus
 }  /* extern "C" */

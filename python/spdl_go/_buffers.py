@@ -51,7 +51,7 @@ _DTYPE_NAMES = {
     (6, 8): "bool",
 }
 
-_CPU = (1, 0)  # (kDLCPU, device 0)
+_KDLCPU, _KDLCUDA = 1, 2
 
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
@@ -135,10 +135,15 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         return shape[0]
 
+    @property
+    def device(self) -> str:
+        """Where the data is: "cpu", or "cuda:N" after ``ops.to_device``."""
+        d = self._view().device
+        return "cpu" if d.device_type == _KDLCPU else f"cuda:{d.device_id}"
+
     def __dlpack_device__(self) -> tuple[int, int]:
-        # Every spdl_tensor is in CPU memory: the engine allocates only
-        # there and imports only CPU tensors (core/tensor checkImport).
-        return _CPU
+        d = self._view().device
+        return (d.device_type, d.device_id)
 
     def __dlpack__(
         self,
@@ -152,11 +157,25 @@ class Tensor:
 
         Versioned ("dltensor_versioned") when the consumer accepts DLPack
         1.x, else the legacy "dltensor" capsule.
+
+        For a CUDA tensor, ``stream`` is the consumer's stream as DLPack
+        numbers it (None or 1: the legacy default stream, 2: per-thread
+        default, else a ``cudaStream_t``; -1: none). The data is complete
+        before the tensor leaves the pipeline, so any stream may read it at
+        once; the stream is remembered so that the memory is reused only
+        after the work queued on it has run.
         """
         if copy:
             raise BufferError("spdl_go.Tensor does not copy on export; copy after importing")
-        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
-            raise BufferError(f"spdl_go.Tensor lives on {self.__dlpack_device__()}, not {tuple(dl_device)}")
+        device = self.__dlpack_device__()
+        if dl_device is not None and tuple(dl_device) != device:
+            raise BufferError(f"spdl_go.Tensor lives on {self.device}, not DLPack device {tuple(dl_device)}")
+        if device[0] == _KDLCUDA:
+            if stream is None:
+                stream = 1
+            if not isinstance(stream, int) or stream == 0 or stream < -1:
+                raise BufferError(f"__dlpack__: stream must be None, -1, 1, 2 or a CUDA stream handle, not {stream!r}")
+            _lib.LIB.spdl_tensor_note_stream(self._ptr, stream)
         if max_version is not None and max_version[0] >= 1:
             managed = _lib.LIB.spdl_tensor_to_dlpack_versioned(self._ptr)
             name = _DLTENSOR_VERSIONED
@@ -168,15 +187,20 @@ class Tensor:
         return _capsule_new(managed, name, _lib.DLPACK_CAPSULE_DESTRUCTOR)
 
     def numpy(self) -> Any:
-        """This tensor as a numpy array sharing its memory."""
+        """This tensor as a numpy array sharing its memory (CPU tensors only)."""
         import numpy
+
+        if self.__dlpack_device__()[0] != _KDLCPU:
+            raise BufferError(f"spdl_go.Tensor is on {self.device}; numpy reads only CPU memory")
 
         return numpy.from_dlpack(self)
 
     def __repr__(self) -> str:
         if not self._ptr:
             return "spdl_go.Tensor(<released>)"
-        return f"spdl_go.Tensor(shape={self.shape}, dtype={self.dtype})"
+        device = self.device
+        where = "" if device == "cpu" else f", device={device!r}"
+        return f"spdl_go.Tensor(shape={self.shape}, dtype={self.dtype}{where})"
 
 
 class ArrowArray:

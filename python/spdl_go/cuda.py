@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from . import _lib
 
-__all__ = ["CudaStatus", "runtime_candidates", "status"]
+__all__ = ["CudaStatus", "memory_stats", "runtime_candidates", "runtime_search_paths", "status", "trim_memory"]
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,18 @@ def runtime_candidates() -> list[str]:
     return sorted(set(found), reverse=True)
 
 
-def status() -> CudaStatus:
-    """Loads the CUDA runtime if it can and says what it found."""
+def runtime_search_paths() -> list[str]:
+    """Where spdl-go looks for libcudart, in order, before the linker's path:
+    ``$SPDL_GO_CUDART``, then the installed ``nvidia-*`` wheels."""
     # $SPDL_GO_CUDART is read here: the Go runtime sees only the
     # environment the process started with.
     env = os.environ.get("SPDL_GO_CUDART")
-    paths = json.dumps(([env] if env else []) + runtime_candidates()).encode()
+    return ([env] if env else []) + runtime_candidates()
+
+
+def status() -> CudaStatus:
+    """Loads the CUDA runtime if it can and says what it found."""
+    paths = json.dumps(runtime_search_paths()).encode()
     out, err = ctypes.c_void_p(), ctypes.c_void_p()
     if _lib.LIB.spdl_cuda_status(paths, ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
         raise RuntimeError(_lib.take_string(err.value))
@@ -65,3 +71,31 @@ def status() -> CudaStatus:
         devices=int(d.get("devices", 0)),
         error=d.get("error", ""),
     )
+
+
+def memory_stats() -> dict[str, int]:
+    """Counters of the pinned and GPU memory that spdl-go's tensors hold.
+
+    Returns:
+        pinned_live_bytes, pinned_cached_bytes, device_live_bytes,
+        device_cached_bytes (summed over GPUs), allocations and frees (buffers
+        obtained from and given back to CUDA), and reuse_waits (reuses of a
+        buffer that queued a wait for its last consumer's stream).
+    """
+    out = (ctypes.c_int64 * 7)()
+    _lib.LIB.spdl_cuda_mem_stats(ctypes.byref(out))
+    keys = (
+        "pinned_live_bytes",
+        "pinned_cached_bytes",
+        "device_live_bytes",
+        "device_cached_bytes",
+        "allocations",
+        "frees",
+        "reuse_waits",
+    )
+    return dict(zip(keys, (int(v) for v in out)))
+
+
+def trim_memory() -> None:
+    """Gives every cached pinned and GPU buffer back to CUDA."""
+    _lib.LIB.spdl_cuda_mem_trim()

@@ -29,6 +29,7 @@ __all__ = [
     "random_resized_crop",
     "read_file",
     "resize",
+    "to_device",
     "to_tensor",
 ]
 
@@ -89,6 +90,53 @@ def collate(*, pad: bool = False, pad_value: float = 0, numbers: str = "arrow") 
         >>> (b.add_source(samples).aggregate(32).pipe(ops.collate()))
     """
     return NativeOp("collate", {"pad": pad, "pad_value": pad_value, "numbers": numbers})
+
+
+def to_device(device: Any = "cuda", *, pinned: bool = True) -> NativeOp:
+    """Copies every tensor of a batch to a CUDA GPU; other fields pass through.
+
+    Put it after ``collate``, usually with concurrency 1 or 2: the copy runs
+    in the pipeline's threads on a stream of its own (staged through pooled
+    pinned memory unless ``pinned=False``), so batch N+1 is copied while the
+    training loop computes on batch N. Batches arrive complete, as DLPack
+    tensors with the CUDA device type (``torch.from_dlpack`` makes CUDA
+    tensors without a copy). A batch's device memory is reused only after
+    the work queued on the stream it was imported on (PyTorch's current
+    stream) has run.
+
+    The CUDA runtime is loaded when the pipeline is built (see
+    ``spdl_go.cuda.status()``); without it, or without a GPU, building
+    fails with an error that says what was tried.
+
+    Args:
+        device: "cuda", "cuda:N", an int N, or a ``torch.device``.
+        pinned: Stage copies through pinned host memory (asynchronous DMA).
+
+    Example:
+        >>> b.aggregate(32).pipe(ops.collate(numbers="tensor")).pipe(ops.to_device("cuda:0"))
+    """
+    from . import cuda
+
+    return NativeOp(
+        "to_device",
+        {"device": _cuda_ordinal(device), "pinned": bool(pinned), "runtime": cuda.runtime_search_paths()},
+    )
+
+
+def _cuda_ordinal(device: Any) -> int:
+    if isinstance(device, bool):
+        raise TypeError(f"to_device: device must be 'cuda', 'cuda:N' or an int, not {device!r}")
+    if isinstance(device, int):
+        idx = device
+    else:
+        text = str(device)  # also a torch.device
+        kind, _, num = text.partition(":")
+        if kind != "cuda" or (num and not num.isdigit()):
+            raise ValueError(f"to_device: device must be 'cuda', 'cuda:N' or an int, not {device!r}")
+        idx = int(num) if num else 0
+    if idx < 0:
+        raise ValueError(f"to_device: device ordinal must be >= 0, got {idx}")
+    return idx
 
 
 def _media_opts(key: str | None, output_key: str | None, **opts: Any) -> dict[str, Any]:

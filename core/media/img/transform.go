@@ -20,6 +20,9 @@ func imageShape(t *tensor.Tensor) (h, w, c int, err error) {
 	if t.DType() != tensor.UInt8 || len(shape) != 3 {
 		return 0, 0, 0, fmt.Errorf("expects a uint8 (H, W, C) image tensor, got %v", t)
 	}
+	if !t.OnCPU() {
+		return 0, 0, 0, fmt.Errorf("expects an image in CPU memory, got %v on %v; image ops come before to_device", t, t.Device())
+	}
 	if !t.Contiguous() {
 		return 0, 0, 0, fmt.Errorf("expects a contiguous image tensor, got %v with strides %v", t, t.Strides())
 	}
