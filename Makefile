@@ -10,7 +10,7 @@ export CGO_ENABLED := 1
 FT_PREFIX ?= $(HOME)/.cache/spdl-go/cpython-3.13t
 PYFT := $(FT_PREFIX)/bin/python3.13t
 
-.PHONY: all deps build setup install demo test go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media clean
+.PHONY: all deps build setup install demo test go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check clean
 
 all: build
 
@@ -103,5 +103,15 @@ bench-media: setup install
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_audio.py --json $(CURDIR)/benchmarks/results/audio.json
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_video.py --json $(CURDIR)/benchmarks/results/video.json
 
+## gpu-bundle: .gpu/libspdl.so without FFmpeg or libjpeg (it needs only libc), to carry
+## to a GPU machine that has PyTorch but not Debian's media libraries
+gpu-bundle: deps
+	go build -tags nomedia -buildmode=c-shared -o .gpu/libspdl.so ./capi
+	rm -f .gpu/libspdl.h
+
+## gpu-check: to_device's GPU checks (benchmarks/gpu_check.py); exits 2 without a GPU
+gpu-check: gpu-bundle
+	SPDL_GO_LIBRARY=$(CURDIR)/.gpu/libspdl.so PYTHONPATH=$(CURDIR)/python $(PY) benchmarks/gpu_check.py --out benchmarks/results/gpu_check.json
+
 clean:
-	rm -rf build dist python/*.egg-info $(LIB) python/spdl_go/libspdl.h
+	rm -rf build dist .gpu python/*.egg-info $(LIB) python/spdl_go/libspdl.h

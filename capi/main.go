@@ -27,11 +27,7 @@ import (
 
 	"github.com/spdl-go/spdl-go/core/columnar"
 	"github.com/spdl-go/spdl-go/core/cuda"
-	"github.com/spdl-go/spdl-go/core/media/av"
 	// Media ops register themselves with core/ops.
-	_ "github.com/spdl-go/spdl-go/core/media/audio"
-	_ "github.com/spdl-go/spdl-go/core/media/img"
-	_ "github.com/spdl-go/spdl-go/core/media/video"
 	"github.com/spdl-go/spdl-go/core/ops"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/value"
@@ -131,11 +127,11 @@ func spdl_arrow_allocated_bytes() C.int64_t {
 //export spdl_probe
 func spdl_probe(path *C.char, data unsafe.Pointer, dataLen C.size_t, outJSON **C.char, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
-	src := av.Source{Path: C.GoString(path)}
+	var bytes []byte
 	if data != nil {
-		src = av.Source{Data: C.GoBytes(data, C.int(dataLen)), Name: src.Path}
+		bytes = C.GoBytes(data, C.int(dataLen))
 	}
-	info, err := av.Probe(src)
+	info, err := probeMedia(C.GoString(path), bytes)
 	if err == nil {
 		var b []byte
 		if b, err = json.Marshal(info); err == nil {

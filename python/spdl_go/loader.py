@@ -48,6 +48,10 @@ class DataLoader:
         rank, world_size: This process's share in a distributed job;
             default from ``torch.distributed`` or torchrun's environment.
         prefetch: Batches prepared ahead of the training loop.
+        device: None to keep batches in CPU memory, or a CUDA device
+            ("cuda", "cuda:1", 1, a ``torch.device``): batches are copied
+            there by the pipeline (``ops.to_device``) while the loop trains,
+            and arrive as CUDA tensors.
 
     Example:
         >>> loader = DataLoader(ds, batch_size=32, shuffle=True, num_threads=4)
@@ -70,6 +74,7 @@ class DataLoader:
         rank: int | None = None,
         world_size: int | None = None,
         prefetch: int = 3,
+        device: Any = None,
     ) -> None:
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise TypeError(f"DataLoader: dataset must have __len__ and __getitem__, got {type(dataset).__name__}")
@@ -88,6 +93,10 @@ class DataLoader:
         self._cfg = {k: opts[k] for k in ("n", "shuffle", "seed", "world_size", "rank", "drop_last")}
         self._per_rank = _per_rank(n, opts["world_size"], drop_last)
         self._threads, self._prefetch = num_threads, prefetch
+        if device is not None and output == "numpy":
+            raise ValueError("DataLoader: output='numpy' needs CPU batches; drop device= or use output='torch'")
+        # Built now, so that a bad device fails here, not in the pipeline.
+        self._to_device = None if device is None else ops.to_device(device, keep_on_cpu=(1,))
 
         def load(i: int) -> Any:
             sample = dataset[i]
@@ -109,15 +118,17 @@ class DataLoader:
         source = self._source
         if resume is not None:
             source = sources.NativeSource("sampler", {**source.options, "resume": resume, "epoch": resume["epoch"]})
-        return (
+        b = (
             PipelineBuilder()
             .add_source(source)
             .pipe(self._load, concurrency=self._threads, name="load", output_order="input")
             .aggregate(self.batch_size, drop_last=self.drop_last)
             .pipe(ops.collate(numbers="tensor"), name="collate")
-            .add_sink(self._prefetch)
-            .build()
         )
+        if self._to_device is not None:
+            # (batch, indices): the indices stay on the CPU for state_dict.
+            b = b.pipe(self._to_device, name="to_device")
+        return b.add_sink(self._prefetch).build()
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""

@@ -92,7 +92,9 @@ def collate(*, pad: bool = False, pad_value: float = 0, numbers: str = "arrow") 
     return NativeOp("collate", {"pad": pad, "pad_value": pad_value, "numbers": numbers})
 
 
-def to_device(device: Any = "cuda", *, pinned: bool = True) -> NativeOp:
+def to_device(
+    device: Any = "cuda", *, pinned: bool = True, keep_on_cpu: tuple[str | int, ...] = ()
+) -> NativeOp:
     """Copies every tensor of a batch to a CUDA GPU; other fields pass through.
 
     Put it after ``collate``, usually with concurrency 1 or 2: the copy runs
@@ -111,6 +113,8 @@ def to_device(device: Any = "cuda", *, pinned: bool = True) -> NativeOp:
     Args:
         device: "cuda", "cuda:N", an int N, or a ``torch.device``.
         pinned: Stage copies through pinned host memory (asynchronous DMA).
+        keep_on_cpu: Top-level dict keys or tuple indices to leave where
+            they are (e.g. sample ids the loop reads on the CPU).
 
     Example:
         >>> b.aggregate(32).pipe(ops.collate(numbers="tensor")).pipe(ops.to_device("cuda:0"))
@@ -119,7 +123,12 @@ def to_device(device: Any = "cuda", *, pinned: bool = True) -> NativeOp:
 
     return NativeOp(
         "to_device",
-        {"device": _cuda_ordinal(device), "pinned": bool(pinned), "runtime": cuda.runtime_search_paths()},
+        {
+            "device": _cuda_ordinal(device),
+            "pinned": bool(pinned),
+            "keep_on_cpu": list(keep_on_cpu),
+            "runtime": cuda.runtime_search_paths(),
+        },
     )
 
 
