@@ -1,6 +1,7 @@
 package tensor_test
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -587,5 +588,26 @@ func TestHalfRoundTrip(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Without a CUDA runtime installed (this test binary never installs one),
+// pinned and device allocations fail with ErrNoCUDA and allocate nothing.
+func TestCUDAAllocationsNeedARuntime(t *testing.T) {
+	before := tensor.MemStats()
+	for name, alloc := range map[string]func() (*tensor.Tensor, error){
+		"pinned": func() (*tensor.Tensor, error) { return tensor.NewPinned(tensor.Float32, 4) },
+		"device": func() (*tensor.Tensor, error) { return tensor.NewDevice(0, 0, tensor.Float32, 4) },
+	} {
+		x, err := alloc()
+		if x != nil || !errors.Is(err, tensor.ErrNoCUDA) {
+			t.Errorf("%s: got %v, %v; want ErrNoCUDA", name, x, err)
+		}
+	}
+	if err := tensor.InstallCUDA(tensor.CUDAFuncs{}); err == nil {
+		t.Errorf("InstallCUDA accepted missing function addresses")
+	}
+	if after := tensor.MemStats(); after.LiveTensors != before.LiveTensors {
+		t.Errorf("failed allocations left tensors alive: %+v -> %+v", before, after)
 	}
 }
