@@ -362,6 +362,13 @@ func (ep *epoch) runSource(it Iterator, out chan any, closeOut bool) (err error)
 			if errors.Is(err, io.EOF) || isDone(ep.done) {
 				return nil
 			}
+			var f *ItemFailure
+			if errors.As(err, &f) {
+				if ferr := ep.itemFailed(&sourceInfo, ep.counters[0], f.Item, f.Err); ferr != nil {
+					return ferr
+				}
+				continue
+			}
 			return ep.fail(&SourceError{Err: err})
 		}
 		if !send(out, v, ep.done) {
@@ -372,6 +379,10 @@ func (ep *epoch) runSource(it Iterator, out chan any, closeOut bool) (err error)
 		sl.occ.Add(int64(len(out)))
 	}
 }
+
+// sourceInfo describes the source to itemFailed: its failures count only
+// against Config.MaxFailures.
+var sourceInfo = stageInfo{StageConfig: StageConfig{Name: "source", MaxFailures: -1}}
 
 func safeNext(ctx context.Context, it Iterator) (v any, err error) {
 	defer func() {

@@ -39,6 +39,21 @@ func (e *ItemError) Error() string {
 
 func (e *ItemError) Unwrap() error { return e.Err }
 
+// ItemFailure is what a Source's Iterator returns from Next for one item
+// it could not produce (a missing file, a corrupt tar member, an object that
+// 404s). That item fails like a stage's item: it is counted in the source's
+// Stats.Failures and against Config.MaxFailures, shown in RecentErrors as an
+// *ItemError of stage "source", and the source goes on with the next one.
+// Any other error from Next is fatal.
+type ItemFailure struct {
+	Item string // names the item: a path, a URL, "shard.tar: sample 000123"
+	Err  error
+}
+
+func (e *ItemFailure) Error() string { return fmt.Sprintf("%s: %v", e.Item, e.Err) }
+
+func (e *ItemFailure) Unwrap() error { return e.Err }
+
 // PanicError is a panic recovered from an Op or a Source, with the stack of
 // the goroutine that panicked. Error() is one line; Stack has the rest.
 type PanicError struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -970,6 +971,58 @@ func TestRangeAndSlice(t *testing.T) {
 			}
 			if got := int64s(out); !equal(got, tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A source's ItemFailure fails that item only, counted against MaxFailures;
+// any other error from the source stays fatal.
+func TestSourceItemFailures(t *testing.T) {
+	src := funcSource(func(_ context.Context, i int) (any, error) {
+		switch {
+		case i >= 10:
+			return nil, io.EOF
+		case i%4 == 1:
+			return nil, &pipeline.ItemFailure{Item: fmt.Sprintf("file-%d.jpg", i), Err: errors.New("no such file")}
+		}
+		return int64(i), nil
+	})
+	cases := []struct {
+		name     string
+		max      int
+		wantErr  string
+		wantOuts []int64
+	}{
+		{"unlimited", -1, "", []int64{0, 2, 3, 4, 6, 7, 8}},
+		{"limit 3", 3, "", []int64{0, 2, 3, 4, 6, 7, 8}},
+		{"limit 2", 2, `stage "source": item file-9.jpg: no such file`, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err, st := runAll(t, pipeline.Config{
+				Source:      src,
+				Stages:      []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: pipeline.OpFunc(identity)}},
+				BufferSize:  2,
+				MaxFailures: c.max,
+			})
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err = %v, want %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := int64s(out); !slices.Equal(got, c.wantOuts) {
+				t.Errorf("items %v, want %v", got, c.wantOuts)
+			}
+			if st.Source.Failures != 3 || st.Failures != 3 {
+				t.Errorf("failures: source %d, total %d; want 3, 3", st.Source.Failures, st.Failures)
+			}
+			if len(st.RecentErrors) != 3 || st.RecentErrors[0] != `stage "source": item file-1.jpg: no such file` {
+				t.Errorf("recent errors %q", st.RecentErrors)
 			}
 		})
 	}
