@@ -11,6 +11,7 @@ import (
 //
 //	{"op": "state", "config": {...}, "progress": {...}, "consumed": [dataset indices]}
 //	{"op": "merge", "n": 10, "states": [rank states]}
+//	{"op": "list", "listing": {...}}: {"n": count, "classes": [...]} of a listing
 type samplerRequest struct {
 	Op       string              `json:"op"`
 	Config   samplerConfig       `json:"config"`
@@ -18,6 +19,7 @@ type samplerRequest struct {
 	Consumed []int64             `json:"consumed"`
 	N        int64               `json:"n"`
 	States   []sampler.RankState `json:"states"`
+	Listing  listingSpec         `json:"listing"`
 }
 
 type samplerConfig struct {
@@ -58,6 +60,12 @@ func samplerCall(raw []byte) (any, error) {
 		return tr.State(), nil
 	case "merge":
 		return sampler.Merge(req.N, req.States)
+	case "list":
+		l, err := peekListing(req.Listing)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"n": len(l.items), "classes": l.classes}, nil
 	}
-	return nil, fmt.Errorf("sampler request: unknown op %q (want \"state\" or \"merge\")", req.Op)
+	return nil, fmt.Errorf("sampler request: unknown op %q (want \"state\", \"merge\" or \"list\")", req.Op)
 }

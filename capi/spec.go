@@ -45,6 +45,7 @@ type sourceSpec struct {
 	Epoch     int64             `json:"epoch"`
 	Resume    *sampler.Progress `json:"resume"`     // where the first epoch picks up
 	ItemsWire []byte            `json:"items_wire"` // base64 in JSON: the wire encoding of the items list
+	Listing   *listingSpec      `json:"listing"`    // items listed in Go (files, image_folder)
 }
 
 type stageSpec struct {
@@ -159,6 +160,21 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 // wire encoding of a list of plain values.
 func samplerSource(s *sourceSpec) (pipeline.Source, error) {
 	var items value.List
+	if s.Listing != nil {
+		if s.ItemsWire != nil {
+			return nil, fmt.Errorf("sampler source: give items or a listing, not both")
+		}
+		l, err := takeListing(*s.Listing)
+		if err != nil {
+			return nil, err
+		}
+		items = l.items
+		if s.N != 0 && s.N != int64(len(items)) {
+			// A resumed state counts positions of the old listing.
+			return nil, fmt.Errorf("sampler source: %s lists %d files now, but the source was made for %d; files were added or removed", s.Listing.Root, len(items), s.N)
+		}
+		s.N = int64(len(items))
+	}
 	if s.ItemsWire != nil {
 		v, err := pyDecoder.Decode(s.ItemsWire)
 		if err != nil {

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NativeSource", "arange", "distributed_env", "sampler"]
+__all__ = ["ListedSource", "NativeSource", "arange", "distributed_env", "files", "image_folder", "sampler"]
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 
 
 @dataclass(frozen=True)
@@ -99,26 +101,7 @@ def sampler(
     """
     from . import _codec
 
-    env_rank, env_world = distributed_env() if rank is None or world_size is None else (0, 1)
-    rank = env_rank if rank is None else rank
-    world_size = env_world if world_size is None else world_size
-    for name, v in (("seed", seed), ("rank", rank), ("world_size", world_size), ("epoch", epoch)):
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise TypeError(f"sampler: {name} must be an int, got {type(v).__name__}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"sampler: rank must be in [0, world_size) with world_size >= 1, got rank={rank}, world_size={world_size}")
-    if not 0 <= seed < 1 << 64:
-        raise ValueError(f"sampler: seed must be in [0, 2**64), got {seed}")
-    if epoch < 0:
-        raise ValueError(f"sampler: epoch must be >= 0, got {epoch}")
-    options: dict[str, Any] = {
-        "shuffle": bool(shuffle),
-        "seed": seed,
-        "drop_last": bool(drop_last),
-        "rank": rank,
-        "world_size": world_size,
-        "epoch": epoch,
-    }
+    options = _sampler_options("sampler", shuffle, seed, drop_last, rank, world_size, epoch)
     if isinstance(data, int) and not isinstance(data, bool):
         if data < 1:
             raise ValueError(f"sampler: the dataset size must be >= 1, got {data}")
@@ -141,3 +124,139 @@ def sampler(
     else:
         raise TypeError(f"sampler: data must be a dataset size or a sequence of samples, got {type(data).__name__}")
     return NativeSource("sampler", options)
+
+
+def _sampler_options(
+    who: str, shuffle: bool, seed: int, drop_last: bool, rank: int | None, world_size: int | None, epoch: int
+) -> dict[str, Any]:
+    env_rank, env_world = distributed_env() if rank is None or world_size is None else (0, 1)
+    rank = env_rank if rank is None else rank
+    world_size = env_world if world_size is None else world_size
+    for name, v in (("seed", seed), ("rank", rank), ("world_size", world_size), ("epoch", epoch)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"{who}: {name} must be an int, got {type(v).__name__}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"{who}: rank must be in [0, world_size) with world_size >= 1, got rank={rank}, world_size={world_size}")
+    if not 0 <= seed < 1 << 64:
+        raise ValueError(f"{who}: seed must be in [0, 2**64), got {seed}")
+    if epoch < 0:
+        raise ValueError(f"{who}: epoch must be >= 0, got {epoch}")
+    return {
+        "shuffle": bool(shuffle),
+        "seed": seed,
+        "drop_last": bool(drop_last),
+        "rank": rank,
+        "world_size": world_size,
+        "epoch": epoch,
+    }
+
+
+@dataclass(frozen=True)
+class ListedSource(NativeSource):
+    """A dataset listed in Go (``files``, ``image_folder``) and dealt out by
+    the sampler: shuffled, split over ranks and resumable like ``sampler``.
+
+    Attributes:
+        classes: The class names, in label order (``image_folder``; empty
+            for ``files``).
+    """
+
+    classes: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        """Samples in the whole dataset (all ranks)."""
+        return int(self.options["n"])
+
+
+def _listed(
+    who: str, listing: dict[str, Any], shuffle: bool, seed: int, drop_last: bool,
+    rank: int | None, world_size: int | None, epoch: int,
+) -> ListedSource:
+    import ctypes
+    import json
+
+    from . import _lib
+
+    options = _sampler_options(who, shuffle, seed, drop_last, rank, world_size, epoch)
+    req = json.dumps({"op": "list", "listing": listing}).encode()
+    out, err = ctypes.c_void_p(), ctypes.c_void_p()
+    if _lib.LIB.spdl_sampler_call(req, len(req), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
+        raise ValueError(_lib.take_string(err.value))
+    info = json.loads(_lib.take_string(out.value))
+    return ListedSource("sampler", {**options, "n": info["n"], "listing": listing}, tuple(info.get("classes") or ()))
+
+
+def _exts(extensions: Sequence[str] | str | None) -> list[str]:
+    if extensions is None:
+        return []
+    if isinstance(extensions, str):
+        extensions = [extensions]
+    return [str(e) for e in extensions]
+
+
+def files(
+    root: str | os.PathLike[str],
+    *,
+    extensions: Sequence[str] | str | None = None,
+    recursive: bool = True,
+    shuffle: bool = False,
+    seed: int = 0,
+    drop_last: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+    epoch: int = 0,
+) -> ListedSource:
+    """The files under a directory, or matching a glob, as paths.
+
+    Listed once in Go, sorted by path (so every rank and every machine sees
+    the same order), then dealt out per epoch like ``sampler``: seeded
+    shuffling, a share per rank, resumable.
+
+    Args:
+        root: A directory, or a pattern where ``*``, ``?`` and ``[...]``
+            match within a path element and ``**`` matches any depth
+            (``"/data/train/**/*.jpg"``).
+        extensions: Keep only these (``".jpg"`` or ``"jpg"``, any case).
+        recursive: Descend into subdirectories of a directory ``root``.
+
+    Raises:
+        ValueError: ``root`` does not exist or cannot be read, or nothing
+            matches; the message names the path.
+
+    Example:
+        >>> src = sources.files("/data/train", extensions=[".jpg"], shuffle=True)
+        >>> b = PipelineBuilder().add_source(src).pipe(ops.read_file()).pipe(ops.decode_image(size=224))
+    """
+    listing = {"kind": "files", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": bool(recursive)}
+    return _listed("files", listing, shuffle, seed, drop_last, rank, world_size, epoch)
+
+
+def image_folder(
+    root: str | os.PathLike[str],
+    *,
+    extensions: Sequence[str] | str | None = IMAGE_EXTENSIONS,
+    shuffle: bool = False,
+    seed: int = 0,
+    drop_last: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+    epoch: int = 0,
+) -> ListedSource:
+    """An ImageNet-style folder, ``root/<class>/**/<file>``, as
+    ``(path, label)`` tuples.
+
+    Classes are the subdirectories of ``root`` in sorted order (label 0 is
+    the first), as torchvision's ``ImageFolder`` numbers them; the source's
+    ``classes`` lists them. Sampling, sharding and resume work as in
+    ``sampler``. A class with no matching file is an error, since it would
+    shift every later label.
+
+    Example:
+        >>> src = sources.image_folder("/data/imagenet/train", shuffle=True, seed=0)
+        >>> len(src), src.classes[:2]
+        (1281167, ('n01440764', 'n01443537'))
+        >>> b = (PipelineBuilder().add_source(src)
+        ...      .pipe(ops.read_file()).pipe(ops.decode_image(size=224), concurrency=8))
+    """
+    listing = {"kind": "image_folder", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": True}
+    return _listed("image_folder", listing, shuffle, seed, drop_last, rank, world_size, epoch)

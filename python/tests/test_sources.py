@@ -1,0 +1,121 @@
+"""Native sources listed in Go: files, globs and ImageNet-style folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import spdl_go
+from spdl_go import ops, sources
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    # 3 classes; "bird" has a nested directory and files of other types.
+    for cls, names in {"cat": ["c1.jpg", "c0.JPG"], "dog": ["d0.png", "sub/d1.jpg"], "bird": ["b0.jpg", "notes.txt"]}.items():
+        for n in names:
+            p = tmp_path / "train" / cls / n
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(f"{cls}/{n}".encode())
+    (tmp_path / "train" / "stray.jpg").write_bytes(b"not in a class")
+    return tmp_path / "train"
+
+
+def _drain(src, *stages) -> list:
+    b = spdl_go.PipelineBuilder().add_source(src)
+    for s in stages:
+        b = b.pipe(s)
+    p = b.add_sink(4).build()
+    with p.auto_stop():
+        return list(p)
+
+
+def _rel(root: Path, paths) -> list[str]:
+    return [Path(p).relative_to(root).as_posix() for p in paths]
+
+
+@pytest.mark.parametrize(
+    "root, kwargs, want",
+    [
+        ("", {}, ["bird/b0.jpg", "bird/notes.txt", "cat/c0.JPG", "cat/c1.jpg", "dog/d0.png", "dog/sub/d1.jpg", "stray.jpg"]),
+        ("", {"recursive": False}, ["stray.jpg"]),
+        ("", {"extensions": ["jpg"]}, ["bird/b0.jpg", "cat/c0.JPG", "cat/c1.jpg", "dog/sub/d1.jpg", "stray.jpg"]),
+        ("/*/*.jpg", {}, ["bird/b0.jpg", "cat/c1.jpg"]),
+        ("/**/*.png", {}, ["dog/d0.png"]),
+        ("/dog/**", {}, ["dog/d0.png", "dog/sub/d1.jpg"]),
+    ],
+)
+def test_files_lists_sorted_paths(folder, root, kwargs, want):
+    src = sources.files(str(folder) + root, **kwargs)
+    assert len(src) == len(want) and src.classes == ()
+    assert _rel(folder, _drain(src)) == want
+
+
+def test_image_folder_labels_like_torchvision(folder):
+    src = sources.image_folder(folder)
+    assert src.classes == ("bird", "cat", "dog")
+    got = [(Path(p).relative_to(folder).as_posix(), label) for p, label in _drain(src)]
+    assert got == [("bird/b0.jpg", 0), ("cat/c0.JPG", 1), ("cat/c1.jpg", 1), ("dog/d0.png", 2), ("dog/sub/d1.jpg", 2)]
+
+
+def test_image_folder_reads_through_native_ops(folder):
+    src = sources.image_folder(folder, shuffle=True, seed=3)
+    out = _drain(src, ops.read_file())
+    # read_file replaces the path (element 0) with its bytes; the label stays.
+    assert sorted((bytes(np.from_dlpack(b)) if not isinstance(b, bytes) else b, lbl) for b, lbl in out) == sorted(
+        [(b"bird/b0.jpg", 0), (b"cat/c0.JPG", 1), (b"cat/c1.jpg", 1), (b"dog/d0.png", 2), (b"dog/sub/d1.jpg", 2)]
+    )
+
+
+def test_shuffle_is_seeded_and_ranks_split_every_epoch(folder):
+    def epoch(**kw):
+        return _drain(sources.files(folder, shuffle=True, **kw))
+
+    a, b, c = epoch(seed=1), epoch(seed=1), epoch(seed=2)
+    assert a == b and sorted(a) == sorted(c) and a != sorted(a)
+    r0 = epoch(seed=1, rank=0, world_size=2, drop_last=True)
+    r1 = epoch(seed=1, rank=1, world_size=2, drop_last=True)
+    assert len(r0) == len(r1) == 3 and not set(r0) & set(r1)
+    # Later epochs are new permutations of the same files.
+    p = spdl_go.PipelineBuilder().add_source(sources.files(folder, shuffle=True, seed=1)).add_sink(2).build()
+    with p.auto_stop():
+        e0, e1 = list(p), list(p)
+    assert e0 == a and sorted(e1) == sorted(a) and e1 != e0
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda root: sources.files(root / "missing"), "missing: no such file or directory"),
+        (lambda root: sources.files(root, extensions=".wav"), "no files with extension .wav under"),
+        (lambda root: sources.files(str(root) + "/[x"), "bad pattern"),
+        (lambda root: sources.image_folder(root / "cat"), "has no class subdirectories"),
+        (lambda root: sources.image_folder(root, extensions=".png"), 'class "bird": files: no files with extension .png'),
+    ],
+)
+def test_bad_roots_name_the_path(folder, make, match):
+    with pytest.raises(ValueError, match=match):
+        make(folder)
+
+
+def test_a_file_removed_after_listing_fails_only_its_item(folder):
+    src = sources.image_folder(folder)
+    (folder / "cat" / "c1.jpg").unlink()
+    p = spdl_go.PipelineBuilder().add_source(src).pipe(ops.read_file(), name="read").add_sink(4).build()
+    with p.auto_stop():
+        out = list(p)
+        errors = p.stats().recent_errors
+    assert len(out) == 4
+    assert len(errors) == 1 and "c1.jpg" in errors[0] and "read" in errors[0]
+
+
+def test_a_listing_that_changed_before_the_build_is_refused(folder):
+    src = sources.files(folder)
+    (folder / "cat" / "extra.jpg").write_bytes(b"x")
+    # The listing peeked by files() is what the build uses: the same 7 files.
+    assert len(_drain(src)) == 7
+    # A second build of the same source lists again and sees 8.
+    with pytest.raises(ValueError, match="lists 8 files now, but the source was made for 7"):
+        _drain(src)
