@@ -9,6 +9,7 @@ import (
 	"github.com/spdl-go/spdl-go/core/ops"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sampler"
+	"github.com/spdl-go/spdl-go/core/sources"
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
@@ -46,6 +47,11 @@ type sourceSpec struct {
 	Resume    *sampler.Progress `json:"resume"`     // where the first epoch picks up
 	ItemsWire []byte            `json:"items_wire"` // base64 in JSON: the wire encoding of the items list
 	Listing   *listingSpec      `json:"listing"`    // items listed in Go (files, image_folder)
+	// kind "webdataset" (also uses the sampler fields except n)
+	URLs          []string          `json:"urls"` // shard paths or brace patterns
+	Required      []string          `json:"required"`
+	Decode        map[string]string `json:"decode"`
+	ShuffleBuffer int               `json:"shuffle_buffer"`
 }
 
 type stageSpec struct {
@@ -95,8 +101,14 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 			return cfg, err
 		}
 		cfg.Source = src
+	case "webdataset":
+		src, err := webdatasetSource(spec.Source)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Source = src
 	default:
-		return cfg, fmt.Errorf("pipeline spec: unknown source kind %q (want \"python\", \"range\" or \"sampler\")", spec.Source.Kind)
+		return cfg, fmt.Errorf("pipeline spec: unknown source kind %q (want \"python\", \"range\", \"sampler\" or \"webdataset\")", spec.Source.Kind)
 	}
 	for i, s := range spec.Stages {
 		st := pipeline.StageConfig{Name: s.Name, MaxFailures: -1}
@@ -201,6 +213,23 @@ func samplerSource(s *sourceSpec) (pipeline.Source, error) {
 		src.Resume = s.Resume
 	}
 	return src, nil
+}
+
+// webdatasetSource builds a tar shard source; each URL is a path or a
+// brace pattern.
+func webdatasetSource(s *sourceSpec) (pipeline.Source, error) {
+	var shards []string
+	for _, u := range s.URLs {
+		names, err := sources.ExpandBraces(u)
+		if err != nil {
+			return nil, fmt.Errorf("webdataset: %w", err)
+		}
+		shards = append(shards, names...)
+	}
+	return sources.NewTarSource(sources.TarOptions{
+		Shards: shards, Shuffle: s.Shuffle, Seed: s.Seed, World: s.World, Rank: s.Rank, DropLast: s.DropLast,
+		ShuffleBuffer: s.ShuffleBuffer, Required: s.Required, Decode: s.Decode, Epoch: s.Epoch,
+	})
 }
 
 func buildOp(s *opSpec) (pipeline.Op, error) {

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ListedSource", "NativeSource", "arange", "distributed_env", "files", "image_folder", "sampler"]
+__all__ = ["ListedSource", "NativeSource", "arange", "distributed_env", "files", "image_folder", "sampler", "webdataset"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 
@@ -260,3 +260,64 @@ def image_folder(
     """
     listing = {"kind": "image_folder", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": True}
     return _listed("image_folder", listing, shuffle, seed, drop_last, rank, world_size, epoch)
+
+
+def webdataset(
+    urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    required: Sequence[str] = (),
+    decode: dict[str, str] | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    shuffle_buffer: int = 0,
+    drop_last: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+    epoch: int = 0,
+) -> NativeSource:
+    """Samples from tar shards in the WebDataset layout, read in Go.
+
+    Consecutive members that share a key (the path up to the first dot of
+    the file name) are one sample: ``000123.jpg``, ``000123.cls`` and
+    ``000123.json`` become ``{"__key__": "000123", "__url__": shard,
+    "jpg": b"...", "cls": b"3", "json": b"{...}"}``. Native ops take a
+    field by key: ``ops.decode_image(key="jpg")``. GNU and PAX long names
+    are supported.
+
+    Args:
+        urls: Shard paths, each possibly a brace pattern
+            (``"/data/shard-{000000..000127}.tar"``, ``"{train,val}.tar"``).
+        required: Fields every sample must have (``("jpg", "cls")``); a
+            sample without one fails alone, naming the shard and the key.
+        decode: Field types by extension: "bytes" (default), "str", "int",
+            "float" or "json" (e.g. ``{"cls": "int", "json": "json"}``).
+        shuffle, seed: Shuffle the shard order, anew each epoch.
+        shuffle_buffer: Also shuffle samples through a buffer of this many.
+        drop_last, rank, world_size: Shards are dealt to ranks like samples
+            in ``sampler`` (padded by repeating shards, or dropped); ranks
+            read equal sample counts when shards hold equal counts.
+
+    A shard that is missing, truncated or corrupt fails as one item after
+    the samples before the damage; the next shard goes on. The source
+    streams: it has no length, and a resumed epoch starts at its beginning.
+
+    Example:
+        >>> src = sources.webdataset("/data/shard-{000000..000127}.tar", required=("jpg", "cls"),
+        ...                          decode={"cls": "int"}, shuffle=True, shuffle_buffer=1000)
+        >>> b = PipelineBuilder().add_source(src).pipe(ops.decode_image(key="jpg", size=224), concurrency=8)
+    """
+    if isinstance(urls, (str, os.PathLike)):
+        urls = [urls]
+    url_list = [os.fspath(u) for u in urls]
+    if not url_list:
+        raise ValueError("webdataset: no shards given")
+    if not isinstance(shuffle_buffer, int) or isinstance(shuffle_buffer, bool) or shuffle_buffer < 0:
+        raise ValueError(f"webdataset: shuffle_buffer must be an int >= 0, got {shuffle_buffer!r}")
+    options = _sampler_options("webdataset", shuffle, seed, drop_last, rank, world_size, epoch)
+    options.update(
+        urls=url_list,
+        required=[str(r) for r in required],
+        decode=dict(decode or {}),
+        shuffle_buffer=shuffle_buffer,
+    )
+    return NativeSource("webdataset", options)

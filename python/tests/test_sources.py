@@ -119,3 +119,106 @@ def test_a_listing_that_changed_before_the_build_is_refused(folder):
     # A second build of the same source lists again and sees 8.
     with pytest.raises(ValueError, match="lists 8 files now, but the source was made for 7"):
         _drain(src)
+
+
+# ---- WebDataset tar shards ---------------------------------------------------
+
+import io
+import tarfile
+
+
+def _jpeg(color: tuple[int, int, int]) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (40, 30), color).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def _write_shard(path: Path, members: list[tuple[str, bytes]], fmt: int = tarfile.PAX_FORMAT) -> None:
+    with tarfile.open(path, "w", format=fmt) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+@pytest.fixture
+def shards(tmp_path: Path) -> Path:
+    long_dir = "very/" * 25  # member names over 100 bytes: GNU / PAX long names
+    for s, fmt in enumerate([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.GNU_FORMAT]):
+        members = []
+        for i in range(4):
+            key = f"{long_dir}{s:02d}{i:04d}"
+            members += [(key + ".jpg", _jpeg((60 * s, 50 * i, 100))), (key + ".cls", f"{(s * 4 + i) % 5}\n".encode()),
+                        (key + ".json", f'{{"i": {s * 4 + i}}}'.encode())]
+        _write_shard(tmp_path / f"shard-{s:04d}.tar", members, fmt)
+    return tmp_path
+
+
+def test_webdataset_decodes_batches(shards):
+    src = sources.webdataset(str(shards / "shard-{0000..0002}.tar"), required=("jpg", "cls"), decode={"cls": "int", "json": "json"})
+    p = (
+        spdl_go.PipelineBuilder()
+        .add_source(src)
+        .pipe(ops.decode_image(key="jpg"), concurrency=2, output_order="input")
+        .aggregate(4)
+        .pipe(ops.collate(numbers="tensor"))
+        .add_sink(2)
+        .build()
+    )
+    with p.auto_stop():
+        batches = list(p)
+    assert len(batches) == 3
+    b = batches[1]
+    assert np.from_dlpack(b["jpg"]).shape == (4, 30, 40, 3)
+    assert np.from_dlpack(b["cls"]).tolist() == [(4 + i) % 5 for i in range(4)]
+    assert b["__key__"].to_pyarrow().to_pylist()[0].endswith("/010000")
+    assert np.from_dlpack(b["json"]["i"]).tolist() == [4, 5, 6, 7]  # dicts collate field by field
+
+
+def test_webdataset_splits_shards_over_ranks(shards):
+    def keys(**kw) -> list[str]:
+        return [s["__key__"] for s in _drain(sources.webdataset(str(shards / "shard-{0000..0002}.tar"), shuffle=True, seed=5, **kw))]
+
+    r0, r1 = keys(rank=0, world_size=3), keys(rank=1, world_size=3)
+    r2 = keys(rank=2, world_size=3)
+    assert len(r0) == len(r1) == len(r2) == 4
+    assert sorted(r0 + r1 + r2) == sorted(keys())
+
+
+def test_webdataset_bad_shards_fail_alone(shards):
+    good = shards / "shard-0000.tar"
+    data = (shards / "shard-0001.tar").read_bytes()
+    (shards / "cut.tar").write_bytes(data[: len(data) // 2])
+    _write_shard(shards / "unpaired.tar", [("a.jpg", _jpeg((1, 2, 3))), ("a.cls", b"1"), ("b.jpg", _jpeg((1, 2, 3)))])
+    src = sources.webdataset([good, shards / "cut.tar", shards / "missing.tar", shards / "unpaired.tar"], required=("jpg", "cls"))
+    p = spdl_go.PipelineBuilder().add_source(src).pipe(ops.decode_image(key="jpg")).add_sink(2).build(max_failures=3)
+    with p.auto_stop():
+        out = list(p)
+        errors = "\n".join(p.stats().recent_errors)
+    keys = [s["__key__"] for s in out]
+    cut = [k[-6:] for k in keys if k[-6:-4] == "01"]
+    assert 1 <= len(cut) < 4 and cut == [f"01{i:04d}" for i in range(len(cut))]  # what precedes the cut
+    assert len(keys) == 4 + len(cut) + 1  # the good shard, the cut one's start, and "a"
+    assert "cut.tar: shard broken after sample" in errors and "truncated" in errors
+    assert "missing.tar: open" in errors
+    assert "unpaired.tar: sample b: no .cls member (it has .jpg)" in errors
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"decode": {"cls": "yaml"}}, 'unknown decoder "yaml"'),
+        ({"required": (".jpg",)}, "without the dot"),
+        ({"shuffle_buffer": -1}, "shuffle_buffer must be an int >= 0"),
+    ],
+)
+def test_webdataset_options_are_checked(shards, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        spdl_go.PipelineBuilder().add_source(sources.webdataset(str(shards / "shard-0000.tar"), **kwargs)).add_sink(1).build()
+
+
+def test_webdataset_bad_pattern(shards):
+    with pytest.raises(ValueError, match="bad range"):
+        spdl_go.PipelineBuilder().add_source(sources.webdataset(str(shards / "s-{9..1}.tar"))).add_sink(1).build()
