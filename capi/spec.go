@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/spdl-go/spdl-go/core/ops"
@@ -17,7 +18,12 @@ import (
 //
 //	{"source": {"kind": "python", "id": 1} | {"kind": "range", "start": 0, "stop": 10, "step": 1} |
 //	           {"kind": "sampler", "n": 10, "shuffle": true, "seed": 0, "world_size": 1, "rank": 0,
-//	            "drop_last": false, "epoch": 0, "items_wire": "<base64 of the wire-encoded list>"},
+//	            "drop_last": false, "epoch": 0, "items_wire": "<base64 of the wire-encoded list>"
+//	            | "listing": {"kind": "files" | "image_folder", "root": ..., "extensions": [...], "recursive": true}} |
+//	           {"kind": "webdataset", "urls": ["shard-{000..009}.tar"], "required": ["jpg"], "decode": {"cls": "int"},
+//	            "shuffle_buffer": 0, <sampler fields but n>} |
+//	           {"kind": "table", "urls": ["*.parquet"], "columns": ["img", "label"], "scalars": false,
+//	            "batch_rows": 4096, "shuffle_buffer": 0, <sampler fields but n>},
 //	 "stages": [{"kind": "pipe", "name": "decode", "concurrency": 4, "output_order": "input",
 //	             "auto": false, "max_concurrency": 0, "timeout_s": 0,
 //	             "max_failures": -1,
@@ -52,6 +58,10 @@ type sourceSpec struct {
 	Required      []string          `json:"required"`
 	Decode        map[string]string `json:"decode"`
 	ShuffleBuffer int               `json:"shuffle_buffer"`
+	// kind "table" (also urls, shuffle_buffer and the sampler fields)
+	Columns   []string `json:"columns"`
+	Scalars   bool     `json:"scalars"`
+	BatchRows int64    `json:"batch_rows"`
 }
 
 type stageSpec struct {
@@ -101,6 +111,20 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 			return cfg, err
 		}
 		cfg.Source = src
+	case "table":
+		paths, err := expandPaths(spec.Source.URLs)
+		if err != nil {
+			return cfg, fmt.Errorf("table: %w", err)
+		}
+		s := spec.Source
+		src, err := sources.NewTableSource(sources.TableOptions{
+			Paths: paths, Columns: s.Columns, Scalars: s.Scalars, Shuffle: s.Shuffle, Seed: s.Seed, World: s.World,
+			Rank: s.Rank, DropLast: s.DropLast, ShuffleBuffer: s.ShuffleBuffer, BatchRows: s.BatchRows, Epoch: s.Epoch,
+		})
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Source = src
 	case "webdataset":
 		src, err := webdatasetSource(spec.Source)
 		if err != nil {
@@ -108,7 +132,7 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 		}
 		cfg.Source = src
 	default:
-		return cfg, fmt.Errorf("pipeline spec: unknown source kind %q (want \"python\", \"range\", \"sampler\" or \"webdataset\")", spec.Source.Kind)
+		return cfg, fmt.Errorf("pipeline spec: unknown source kind %q (want \"python\", \"range\", \"sampler\", \"table\" or \"webdataset\")", spec.Source.Kind)
 	}
 	for i, s := range spec.Stages {
 		st := pipeline.StageConfig{Name: s.Name, MaxFailures: -1}
@@ -215,16 +239,36 @@ func samplerSource(s *sourceSpec) (pipeline.Source, error) {
 	return src, nil
 }
 
+// expandPaths expands brace patterns, then globs (sorted), keeping the
+// order of the patterns.
+func expandPaths(patterns []string) ([]string, error) {
+	var out []string
+	for _, p := range patterns {
+		names, err := sources.ExpandBraces(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			if !strings.ContainsAny(n, "*?[") {
+				out = append(out, n)
+				continue
+			}
+			matched, err := sources.ListFiles(sources.FileOptions{Root: n})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, matched...)
+		}
+	}
+	return out, nil
+}
+
 // webdatasetSource builds a tar shard source; each URL is a path or a
 // brace pattern.
 func webdatasetSource(s *sourceSpec) (pipeline.Source, error) {
-	var shards []string
-	for _, u := range s.URLs {
-		names, err := sources.ExpandBraces(u)
-		if err != nil {
-			return nil, fmt.Errorf("webdataset: %w", err)
-		}
-		shards = append(shards, names...)
+	shards, err := expandPaths(s.URLs)
+	if err != nil {
+		return nil, fmt.Errorf("webdataset: %w", err)
 	}
 	return sources.NewTarSource(sources.TarOptions{
 		Shards: shards, Shuffle: s.Shuffle, Seed: s.Seed, World: s.World, Rank: s.Rank, DropLast: s.DropLast,

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
 	"github.com/spdl-go/spdl-go/core/columnar"
 	"github.com/spdl-go/spdl-go/core/tensor"
 	"github.com/spdl-go/spdl-go/core/value"
@@ -90,6 +93,7 @@ const (
 	catDict
 	catTuple
 	catList
+	catArrow
 	catOther
 )
 
@@ -107,6 +111,8 @@ func categoryOf(v any) category {
 		return catTuple
 	case value.List, []any:
 		return catList
+	case arrow.Array:
+		return catArrow
 	}
 	return catOther
 }
@@ -145,6 +151,8 @@ func (c collate) column(col []any, path string) (any, error) {
 		return c.dicts(col, path)
 	case catTuple, catList:
 		return c.sequences(col, path, cat == catTuple)
+	case catArrow:
+		return c.arrowColumn(col, path)
 	}
 	if c.numbersTensor {
 		if t, ok, err := numberTensor(col); ok || err != nil {
@@ -326,4 +334,123 @@ func numberTensor(col []any) (t *tensor.Tensor, ok bool, err error) {
 		return nil, false, nil
 	}
 	return t, true, err
+}
+
+// arrowColumn joins Arrow arrays (a table source's rows are 1-row slices of
+// its record batches) into one array. Rows that are consecutive slices of
+// one batch, as a source in order yields them, become a slice of that
+// batch's buffers without a copy; others are concatenated. With
+// numbers="tensor", a numeric column without nulls becomes a tensor.
+func (c collate) arrowColumn(col []any, path string) (any, error) {
+	arrs := make([]arrow.Array, len(col))
+	for i, v := range col {
+		arrs[i] = v.(arrow.Array)
+		if !arrow.TypeEqual(arrs[i].DataType(), arrs[0].DataType()) {
+			return nil, fmt.Errorf("%ssample %d is an Arrow %v but sample 0 is an Arrow %v", at(path), i, arrs[i].DataType(), arrs[0].DataType())
+		}
+	}
+	out := contiguousSlice(arrs)
+	if out == nil {
+		var err error
+		if out, err = array.Concatenate(arrs, columnar.Allocator); err != nil {
+			return nil, fmt.Errorf("%sjoining Arrow arrays: %w", at(path), err)
+		}
+	}
+	if c.numbersTensor && out.NullN() == 0 {
+		if t, ok, err := arrowNumbers(out); ok || err != nil {
+			out.Release()
+			return t, err
+		}
+	}
+	return out, nil
+}
+
+// contiguousSlice returns arrs as one array sharing their buffers when each
+// starts where the previous ends in the same buffers; nil otherwise.
+func contiguousSlice(arrs []arrow.Array) arrow.Array {
+	first := arrs[0].Data()
+	if len(first.Children()) > 0 || first.DataType().ID() == arrow.DICTIONARY {
+		return nil
+	}
+	bufs, off, n := first.Buffers(), first.Offset(), first.Len()
+	nulls := arrs[0].NullN() // each slice knows its count; an empty validity buffer means none
+	for _, a := range arrs[1:] {
+		d := a.Data()
+		if d.Offset() != off+n || len(d.Buffers()) != len(bufs) || len(d.Children()) > 0 {
+			return nil
+		}
+		for i, b := range d.Buffers() {
+			if b != bufs[i] {
+				return nil
+			}
+		}
+		n += d.Len()
+		nulls += a.NullN()
+	}
+	data := array.NewData(first.DataType(), n, slices.Clone(bufs), nil, nulls, off) // retains the buffers
+	defer data.Release()
+	return array.MakeFromData(data)
+}
+
+// arrowNumbers copies an integer, float or bool array into a 1-D int64,
+// float64 or bool tensor.
+func arrowNumbers(a arrow.Array) (*tensor.Tensor, bool, error) {
+	n := int64(a.Len())
+	switch x := a.(type) {
+	case *array.Int8, *array.Int16, *array.Int32, *array.Int64, *array.Uint8, *array.Uint16, *array.Uint32:
+		t, err := tensor.New(tensor.Int64, n)
+		if err != nil {
+			return nil, true, err
+		}
+		dst := unsafe.Slice((*int64)(t.Data()), n)
+		for i := range dst {
+			dst[i] = intAt(x, i)
+		}
+		return t, true, nil
+	case *array.Float32, *array.Float64:
+		t, err := tensor.New(tensor.Float64, n)
+		if err != nil {
+			return nil, true, err
+		}
+		dst := unsafe.Slice((*float64)(t.Data()), n)
+		for i := range dst {
+			if f, ok := x.(*array.Float32); ok {
+				dst[i] = float64(f.Value(i))
+			} else {
+				dst[i] = x.(*array.Float64).Value(i)
+			}
+		}
+		return t, true, nil
+	case *array.Boolean:
+		t, err := tensor.New(tensor.Bool, n)
+		if err != nil {
+			return nil, true, err
+		}
+		dst := unsafe.Slice((*bool)(t.Data()), n)
+		for i := range dst {
+			dst[i] = x.Value(i)
+		}
+		return t, true, nil
+	}
+	return nil, false, nil
+}
+
+func intAt(a arrow.Array, i int) int64 {
+	switch x := a.(type) {
+	case *array.Int8:
+		return int64(x.Value(i))
+	case *array.Int16:
+		return int64(x.Value(i))
+	case *array.Int32:
+		return int64(x.Value(i))
+	case *array.Int64:
+		return x.Value(i)
+	case *array.Uint8:
+		return int64(x.Value(i))
+	case *array.Uint16:
+		return int64(x.Value(i))
+	case *array.Uint32:
+		return int64(x.Value(i))
+	}
+	panic("unreachable")
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path"
 	"slices"
@@ -119,9 +118,7 @@ func (s *TarSource) Open(context.Context) (pipeline.Iterator, error) {
 		return nil, err
 	}
 	it := &tarIter{s: s, plan: pl}
-	if s.o.ShuffleBuffer > 0 {
-		it.rng = rand.New(rand.NewPCG(s.o.Seed, uint64(epoch)*uint64(s.cfg.World)+uint64(s.cfg.Rank)))
-	}
+	it.shuf = newShuffler(s.o.ShuffleBuffer, s.o.Seed, uint64(epoch)*uint64(s.cfg.World)+uint64(s.cfg.Rank))
 	return it, nil
 }
 
@@ -138,9 +135,7 @@ type tarIter struct {
 	cur  *tarSample  // fields read so far of the sample being read
 	last string      // the key of the last sample completed in this shard
 
-	rng *rand.Rand
-	buf []any // shuffle buffer
-	eof bool  // no more samples to read into buf
+	shuf *shuffler // nil without a shuffle buffer
 }
 
 type tarSample struct {
@@ -151,28 +146,10 @@ type tarSample struct {
 }
 
 func (it *tarIter) Next(ctx context.Context) (any, error) {
-	if it.rng == nil {
+	if it.shuf == nil {
 		return it.read(ctx)
 	}
-	for !it.eof && len(it.buf) < it.s.o.ShuffleBuffer {
-		v, err := it.read(ctx)
-		if errors.Is(err, io.EOF) {
-			it.eof = true
-			break
-		}
-		if err != nil {
-			return nil, err // a failed item (or a fatal error) passes straight on
-		}
-		it.buf = append(it.buf, v)
-	}
-	if len(it.buf) == 0 {
-		return nil, io.EOF
-	}
-	i := it.rng.IntN(len(it.buf))
-	v := it.buf[i]
-	it.buf[i] = it.buf[len(it.buf)-1]
-	it.buf = it.buf[:len(it.buf)-1]
-	return v, nil
+	return it.shuf.next(ctx, it.read)
 }
 
 // read returns the next sample in shard order.
@@ -351,7 +328,7 @@ func (it *tarIter) complete(s *tarSample) (any, error) {
 
 func (it *tarIter) Close() error {
 	it.closeShard()
-	it.buf = nil
+	it.shuf.drop(value.Release)
 	return nil
 }
 

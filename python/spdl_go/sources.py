@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ListedSource", "NativeSource", "arange", "distributed_env", "files", "image_folder", "sampler", "webdataset"]
+__all__ = ["ListedSource", "NativeSource", "arange", "distributed_env", "files", "image_folder", "sampler", "table", "webdataset"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 
@@ -321,3 +321,65 @@ def webdataset(
         shuffle_buffer=shuffle_buffer,
     )
     return NativeSource("webdataset", options)
+
+
+def table(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    columns: Sequence[str] | None = None,
+    scalars: bool = False,
+    shuffle: bool = False,
+    seed: int = 0,
+    shuffle_buffer: int = 0,
+    drop_last: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+    epoch: int = 0,
+    batch_rows: int = 4096,
+) -> NativeSource:
+    """Rows of Parquet (``.parquet``, ``.pq``) and Arrow IPC (``.arrow``,
+    ``.feather``, ``.ipc``) files, read in Go, as dicts of their columns.
+
+    Binary columns (encoded images, audio) arrive as ``bytes`` for native
+    ops to decode (``ops.decode_image(key="img")``). Other columns arrive as
+    1-row Arrow arrays that ``collate`` joins into the batch's Arrow column
+    by reference when rows come in file order (no copy), or into a tensor
+    with ``collate(numbers="tensor")``. ``scalars=True`` gives Python values
+    instead, for Python stages that read each row.
+
+    Args:
+        paths: Files, brace patterns or globs (``"data/part-*.parquet"``).
+        columns: Columns to read (default: all).
+        shuffle, seed, drop_last, rank, world_size: Row groups (Parquet)
+            or record batches (Arrow) are dealt to ranks like samples in
+            ``sampler``; rows inside one are read in order.
+        shuffle_buffer: Also shuffle rows through a buffer of this many.
+        batch_rows: Parquet rows decoded at a time.
+
+    A file that is missing, unreadable or lacks a selected column fails as
+    one item per epoch, naming it and the column; the other files are read.
+
+    Example:
+        >>> src = sources.table("/data/train-*.parquet", columns=["jpg", "label", "caption"], shuffle=True)
+        >>> b = (PipelineBuilder().add_source(src)
+        ...      .pipe(ops.decode_image(key="jpg", size=224), concurrency=8)
+        ...      .aggregate(64).pipe(ops.collate()))        # caption: one Arrow column, zero-copy
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    path_list = [os.fspath(p) for p in paths]
+    if not path_list:
+        raise ValueError("table: no files given")
+    if not isinstance(shuffle_buffer, int) or isinstance(shuffle_buffer, bool) or shuffle_buffer < 0:
+        raise ValueError(f"table: shuffle_buffer must be an int >= 0, got {shuffle_buffer!r}")
+    if not isinstance(batch_rows, int) or batch_rows < 1:
+        raise ValueError(f"table: batch_rows must be an int >= 1, got {batch_rows!r}")
+    options = _sampler_options("table", shuffle, seed, drop_last, rank, world_size, epoch)
+    options.update(
+        urls=path_list,
+        columns=list(columns or []),
+        scalars=bool(scalars),
+        shuffle_buffer=shuffle_buffer,
+        batch_rows=batch_rows,
+    )
+    return NativeSource("table", options)

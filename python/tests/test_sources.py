@@ -222,3 +222,80 @@ def test_webdataset_options_are_checked(shards, kwargs, match):
 def test_webdataset_bad_pattern(shards):
     with pytest.raises(ValueError, match="bad range"):
         spdl_go.PipelineBuilder().add_source(sources.webdataset(str(shards / "s-{9..1}.tar"))).add_sink(1).build()
+
+
+# ---- Parquet and Arrow IPC ----------------------------------------------------
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+@pytest.fixture
+def tables(tmp_path: Path) -> Path:
+    def rows(first: int, n: int) -> pa.Table:
+        ids = list(range(first, first + n))
+        return pa.table({
+            "jpg": [_jpeg((i * 20 % 256, 0, 0)) for i in ids],
+            "label": pa.array([i % 4 for i in ids], pa.int32()),
+            "caption": [None if i % 5 == 2 else f"caption {i}" for i in ids],
+        })
+
+    pq.write_table(rows(0, 6), tmp_path / "part-0.parquet", row_group_size=3)
+    pq.write_table(rows(6, 4), tmp_path / "part-1.parquet", row_group_size=2)
+    with pa.ipc.new_file(tmp_path / "part-2.arrow", rows(10, 4).schema) as w:
+        for batch in rows(10, 4).to_batches(max_chunksize=2):
+            w.write_batch(batch)
+    return tmp_path
+
+
+def test_table_rows_to_batches(tables):
+    src = sources.table(str(tables / "part-*"), columns=["jpg", "label", "caption"])
+    p = (
+        spdl_go.PipelineBuilder()
+        .add_source(src)
+        .pipe(ops.decode_image(key="jpg"), concurrency=2, output_order="input")
+        .aggregate(3)
+        .pipe(ops.collate(numbers="tensor"))
+        .add_sink(2)
+        .build()
+    )
+    with p.auto_stop():
+        batches = list(p)
+    assert [len(np.from_dlpack(b["label"])) for b in batches] == [3, 3, 3, 3, 2]
+    labels = np.concatenate([np.from_dlpack(b["label"]) for b in batches]).tolist()
+    assert labels == [i % 4 for i in range(14)]
+    captions = sum((b["caption"].to_pyarrow().to_pylist() for b in batches), [])
+    assert captions == [None if i % 5 == 2 else f"caption {i}" for i in range(14)]
+    assert np.from_dlpack(batches[0]["jpg"]).shape == (3, 30, 40, 3)
+    assert spdl_go.arrow_allocated_bytes() == 0
+
+
+def test_table_scalars_for_python_stages(tables):
+    src = sources.table(tables / "part-1.parquet", columns=["label", "caption"], scalars=True)
+    assert _drain(src, lambda row: (row["label"], row["caption"])) == [(2, "caption 6"), (3, None), (0, "caption 8"), (1, "caption 9")]
+
+
+def test_table_ranks_split_row_groups(tables):
+    def labels(**kw):
+        return [r["caption"] for r in _drain(sources.table(tables / "part-{0,1}.parquet", columns=["caption"], scalars=True, shuffle=True, seed=4, **kw))]
+
+    r0, r1 = labels(rank=0, world_size=2), labels(rank=1, world_size=2)
+    # 4 row groups (3+3, 2+2 rows): two each, every row once.
+    assert len(r0) + len(r1) == 10 and sorted(map(str, r0 + r1)) == sorted(map(str, labels()))
+
+
+def test_table_bad_files_fail_alone(tables):
+    (tables / "broken.parquet").write_bytes(b"PAR1 not really PAR1")
+    pq.write_table(pa.table({"jpg": [b"x"]}), tables / "nolabel.parquet")
+    src = sources.table([tables / "part-1.parquet", tables / "broken.parquet", tables / "nolabel.parquet", tables / "gone.parquet"],
+                        columns=["jpg", "label"])
+    p = spdl_go.PipelineBuilder().add_source(src).add_sink(2).build(max_failures=3)
+    with p.auto_stop():
+        out = list(p)
+        errors = "\n".join(p.stats().recent_errors)
+    assert len(out) == 4
+    assert "broken.parquet: not a readable Parquet file" in errors
+    assert 'nolabel.parquet: no column "label" (it has jpg)' in errors
+    assert "gone.parquet: open" in errors
+    with pytest.raises(ValueError, match="unknown format"):
+        spdl_go.PipelineBuilder().add_source(sources.table(tables / "x.csv")).add_sink(1).build()

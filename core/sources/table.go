@@ -1,0 +1,563 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/spdl-go/spdl-go/core/columnar"
+	"github.com/spdl-go/spdl-go/core/pipeline"
+	"github.com/spdl-go/spdl-go/core/sampler"
+	"github.com/spdl-go/spdl-go/core/value"
+)
+
+// TableOptions configures a source over Parquet or Arrow IPC files.
+type TableOptions struct {
+	// Paths are the files: ".parquet" or ".pq" for Parquet; ".arrow",
+	// ".feather" or ".ipc" for the Arrow IPC file format.
+	Paths []string
+	// Columns to read; empty reads every column.
+	Columns []string
+	// Scalars turns non-binary values into Go scalars (int64, float64,
+	// bool, string, nil) instead of 1-row Arrow slices. Slices reach
+	// batches without a copy (collate joins consecutive slices of one
+	// record batch by reference); scalars suit Python stages that read
+	// each row.
+	Scalars bool
+	// Shuffle, Seed, World, Rank and DropLast deal the files' row groups
+	// (Parquet) or record batches (Arrow) to ranks as the sampler deals
+	// samples; rows within one are read in order.
+	Shuffle  bool
+	Seed     uint64
+	World    int
+	Rank     int
+	DropLast bool
+	// ShuffleBuffer > 0 also shuffles rows through a buffer this large.
+	ShuffleBuffer int
+	// BatchRows is how many Parquet rows are decoded at a time (default 4096).
+	BatchRows int64
+	Epoch     int64
+}
+
+// part is one row group or record batch, or a file that cannot be read
+// (err set), which fails as one item when its turn comes.
+type part struct {
+	file  int
+	index int
+	rows  int64
+	err   error
+}
+
+// TableSource is a pipeline.Source over the rows of Parquet and Arrow IPC
+// files: each row is a dict of the selected columns. Binary columns
+// (image bytes) become []byte; other columns become 1-row Arrow slices
+// (or scalars, see TableOptions.Scalars). The files' footers are read
+// when the source is made; a file that cannot be read, or lacks a selected
+// column, fails as one item per epoch, naming it, and the rest is read.
+type TableSource struct {
+	o      TableOptions
+	parts  []part
+	rows   int64
+	cfg    sampler.Config
+	opened atomic.Int64
+}
+
+type tableFormat int
+
+const (
+	formatParquet tableFormat = iota
+	formatArrow
+)
+
+func formatOf(path string) (tableFormat, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".parquet", ".pq":
+		return formatParquet, nil
+	case ".arrow", ".feather", ".ipc":
+		return formatArrow, nil
+	}
+	return 0, fmt.Errorf("table: %s: unknown format; want a .parquet/.pq or .arrow/.feather/.ipc file", path)
+}
+
+// NewTableSource reads the files' footers and plans their parts.
+func NewTableSource(o TableOptions) (*TableSource, error) {
+	if len(o.Paths) == 0 {
+		return nil, errors.New("table: no files")
+	}
+	if o.BatchRows <= 0 {
+		o.BatchRows = 4096
+	}
+	if o.ShuffleBuffer < 0 {
+		return nil, fmt.Errorf("table: shuffle buffer must be >= 0, got %d", o.ShuffleBuffer)
+	}
+	s := &TableSource{o: o}
+	good := 0
+	for i, p := range o.Paths {
+		f, err := formatOf(p)
+		if err != nil {
+			return nil, err
+		}
+		counts, err := s.partRows(f, p)
+		if err != nil {
+			s.parts = append(s.parts, part{file: i, err: err})
+			continue
+		}
+		for j, n := range counts {
+			s.parts = append(s.parts, part{file: i, index: j, rows: n})
+			s.rows += max(n, 0)
+		}
+		good++
+	}
+	if good == 0 {
+		return nil, fmt.Errorf("table: no file could be read; the first: %w", s.parts[0].err)
+	}
+	s.cfg = sampler.Config{N: int64(len(s.parts)), Shuffle: o.Shuffle, Seed: o.Seed, World: max(o.World, 1), Rank: o.Rank, DropLast: o.DropLast}
+	if _, err := sampler.NewPlan(s.cfg, sampler.Progress{Epoch: o.Epoch}); err != nil {
+		return nil, fmt.Errorf("table: %d parts: %w", len(s.parts), err)
+	}
+	return s, nil
+}
+
+// Rows is the number of rows in the readable Parquet files, all ranks
+// together (Arrow IPC footers do not record row counts).
+func (s *TableSource) Rows() int64 { return s.rows }
+
+// partRows opens a file and returns its parts' row counts, checking that
+// the selected columns exist.
+func (s *TableSource) partRows(f tableFormat, path string) ([]int64, error) {
+	t, err := openTable(f, path)
+	if err != nil {
+		return nil, err
+	}
+	defer t.close()
+	if _, err := t.columns(s.o.Columns); err != nil {
+		return nil, err
+	}
+	return t.partRows(), nil
+}
+
+// Open begins the next epoch.
+func (s *TableSource) Open(context.Context) (pipeline.Iterator, error) {
+	epoch := s.o.Epoch + s.opened.Add(1) - 1
+	pl, err := sampler.NewPlan(s.cfg, sampler.Progress{Epoch: epoch})
+	if err != nil {
+		return nil, err
+	}
+	return &tableIter{s: s, plan: pl, file: -1,
+		shuf: newShuffler(s.o.ShuffleBuffer, s.o.Seed, uint64(epoch)*uint64(s.cfg.World)+uint64(s.cfg.Rank))}, nil
+}
+
+type tableIter struct {
+	s    *TableSource
+	plan *sampler.Plan
+	next int64 // the plan's next part
+
+	file  int    // the open file's index, or -1
+	t     *table // the open file
+	cols  []int
+	names []string
+
+	rec  arrow.RecordBatch // the batch rows are being taken from
+	row  int
+	recs *recordIter // the rest of the current part
+
+	shuf *shuffler
+}
+
+func (it *tableIter) Next(ctx context.Context) (any, error) {
+	if it.shuf == nil {
+		return it.read(ctx)
+	}
+	return it.shuf.next(ctx, it.read)
+}
+
+func (it *tableIter) read(ctx context.Context) (any, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if it.rec != nil && it.row < int(it.rec.NumRows()) {
+			r := it.row
+			it.row++
+			return rowDict(it.rec, it.names, r, it.s.o.Scalars), nil
+		}
+		if it.rec != nil {
+			it.rec.Release()
+			it.rec = nil
+		}
+		if it.recs != nil {
+			rec, err := it.recs.next(ctx)
+			if err == nil {
+				it.rec, it.row = rec, 0
+				continue
+			}
+			name := it.recs.name
+			it.recs.close()
+			it.recs = nil
+			if !errors.Is(err, io.EOF) {
+				return nil, &pipeline.ItemFailure{Item: name, Err: err}
+			}
+		}
+		if it.next >= it.plan.Len() {
+			return nil, io.EOF
+		}
+		_, idx, _ := it.plan.At(it.next)
+		it.next++
+		p := it.s.parts[idx]
+		path := it.s.o.Paths[p.file]
+		if p.err != nil {
+			return nil, &pipeline.ItemFailure{Item: path, Err: p.err}
+		}
+		if err := it.openFile(p.file); err != nil {
+			return nil, &pipeline.ItemFailure{Item: path, Err: err}
+		}
+		recs, err := it.t.part(ctx, p.index, it.cols, it.s.o.BatchRows)
+		if err != nil {
+			return nil, &pipeline.ItemFailure{Item: it.t.partName(p.index), Err: err}
+		}
+		it.recs = recs
+	}
+}
+
+func (it *tableIter) openFile(i int) error {
+	if it.file == i {
+		return nil
+	}
+	it.closeFile()
+	path := it.s.o.Paths[i]
+	f, _ := formatOf(path)
+	t, err := openTable(f, path)
+	if err != nil {
+		return err
+	}
+	cols, err := t.columns(it.s.o.Columns)
+	if err != nil {
+		t.close()
+		return err
+	}
+	it.file, it.t, it.cols, it.names = i, t, cols, t.names(cols)
+	return nil
+}
+
+func (it *tableIter) closeFile() {
+	if it.recs != nil {
+		it.recs.close()
+		it.recs = nil
+	}
+	if it.t != nil {
+		it.t.close()
+	}
+	it.file, it.t = -1, nil
+}
+
+func (it *tableIter) Close() error {
+	if it.rec != nil {
+		it.rec.Release()
+		it.rec = nil
+	}
+	it.closeFile()
+	it.shuf.drop(value.Release)
+	return nil
+}
+
+// rowDict makes row i of rec (the selected columns, in order) a dict.
+func rowDict(rec arrow.RecordBatch, names []string, i int, scalars bool) *value.Dict {
+	d := value.NewDict(len(names))
+	for k, name := range names {
+		d.Set(name, cell(rec.Column(k), i, scalars))
+	}
+	return d
+}
+
+func cell(a arrow.Array, i int, scalars bool) any {
+	if b, ok := a.(array.BinaryLike); ok && isBinary(a.DataType()) {
+		if a.IsNull(i) {
+			return nil
+		}
+		return slices.Clone(b.ValueBytes()[b.ValueOffset64(i) : b.ValueOffset64(i)+int64(b.ValueLen(i))])
+	}
+	if fb, ok := a.(*array.FixedSizeBinary); ok {
+		if a.IsNull(i) {
+			return nil
+		}
+		return slices.Clone(fb.Value(i))
+	}
+	if scalars {
+		if v, ok := scalar(a, i); ok {
+			return v
+		}
+	}
+	return array.NewSlice(a, int64(i), int64(i)+1)
+}
+
+func isBinary(t arrow.DataType) bool {
+	switch t.ID() {
+	case arrow.BINARY, arrow.LARGE_BINARY, arrow.BINARY_VIEW:
+		return true
+	}
+	return false
+}
+
+// scalar converts a cell of a primitive column to a Go value.
+func scalar(a arrow.Array, i int) (any, bool) {
+	if a.IsNull(i) {
+		return nil, true
+	}
+	switch x := a.(type) {
+	case *array.Int8:
+		return int64(x.Value(i)), true
+	case *array.Int16:
+		return int64(x.Value(i)), true
+	case *array.Int32:
+		return int64(x.Value(i)), true
+	case *array.Int64:
+		return x.Value(i), true
+	case *array.Uint8:
+		return int64(x.Value(i)), true
+	case *array.Uint16:
+		return int64(x.Value(i)), true
+	case *array.Uint32:
+		return int64(x.Value(i)), true
+	case *array.Float32:
+		return float64(x.Value(i)), true
+	case *array.Float64:
+		return x.Value(i), true
+	case *array.Boolean:
+		return x.Value(i), true
+	case *array.String: // Value aliases the batch's memory
+		return strings.Clone(x.Value(i)), true
+	case *array.LargeString:
+		return strings.Clone(x.Value(i)), true
+	}
+	return nil, false
+}
+
+// table is one open Parquet or Arrow IPC file.
+type table struct {
+	path   string
+	f      *os.File
+	pq     *pqarrow.FileReader
+	pqFile *file.Reader
+	ipc    *ipc.FileReader
+	schema *arrow.Schema
+}
+
+func openTable(format tableFormat, path string) (*table, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	t := &table{path: path, f: f}
+	switch format {
+	case formatParquet:
+		pf, err := file.NewParquetReader(f, file.WithReadProps(parquet.NewReaderProperties(columnar.Allocator)))
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("not a readable Parquet file: %w", err)
+		}
+		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, columnar.Allocator)
+		if err != nil {
+			pf.Close()
+			return nil, fmt.Errorf("not a readable Parquet file: %w", err)
+		}
+		sc, err := fr.Schema()
+		if err != nil {
+			pf.Close()
+			return nil, fmt.Errorf("Parquet schema: %w", err)
+		}
+		t.pq, t.pqFile, t.schema = fr, pf, sc
+	case formatArrow:
+		r, err := ipc.NewFileReader(f, ipc.WithAllocator(columnar.Allocator))
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("not a readable Arrow IPC file: %w", err)
+		}
+		t.ipc, t.schema = r, r.Schema()
+	}
+	return t, nil
+}
+
+func (t *table) close() {
+	if t.ipc != nil {
+		t.ipc.Close()
+	}
+	if t.pqFile != nil {
+		t.pqFile.Close() // closes f too
+		return
+	}
+	t.f.Close()
+}
+
+// columns maps names to the schema's field indices (all fields when
+// names is empty).
+func (t *table) columns(names []string) ([]int, error) {
+	if len(names) == 0 {
+		out := make([]int, t.schema.NumFields())
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	out := make([]int, len(names))
+	for i, n := range names {
+		idx := t.schema.FieldIndices(n)
+		if len(idx) == 0 {
+			have := make([]string, t.schema.NumFields())
+			for j, f := range t.schema.Fields() {
+				have[j] = f.Name
+			}
+			return nil, fmt.Errorf("no column %q (it has %s)", n, strings.Join(have, ", "))
+		}
+		out[i] = idx[0]
+	}
+	return out, nil
+}
+
+func (t *table) names(cols []int) []string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = t.schema.Field(c).Name
+	}
+	return out
+}
+
+func (t *table) partRows() []int64 {
+	if t.pq != nil {
+		md := t.pqFile.MetaData()
+		out := make([]int64, md.NumRowGroups())
+		for i := range out {
+			out[i] = md.RowGroup(i).NumRows()
+		}
+		return out
+	}
+	out := make([]int64, t.ipc.NumRecords())
+	for i := range out {
+		out[i] = -1 // known once read
+	}
+	return out
+}
+
+func (t *table) partName(i int) string {
+	if t.pq != nil {
+		return fmt.Sprintf("%s: row group %d", t.path, i)
+	}
+	return fmt.Sprintf("%s: record batch %d", t.path, i)
+}
+
+// part returns the record batches of part i, with the selected columns.
+func (t *table) part(ctx context.Context, i int, cols []int, batchRows int64) (*recordIter, error) {
+	name := t.partName(i)
+	if t.pq != nil {
+		// Parquet column indices are leaf indices; map the top-level fields.
+		leaves, err := t.leafColumns(cols)
+		if err != nil {
+			return nil, err
+		}
+		t.pq.Props.BatchSize = batchRows
+		rr, err := t.pq.GetRecordReader(ctx, leaves, []int{i})
+		if err != nil {
+			return nil, err
+		}
+		return &recordIter{name: name, rr: rr, project: t.projection(cols, rr.Schema())}, nil
+	}
+	rec, err := t.ipc.RecordBatchAt(i)
+	if err != nil {
+		return nil, err
+	}
+	return &recordIter{name: name, one: rec, project: cols}, nil
+}
+
+// leafColumns lists the Parquet leaf columns under the selected fields.
+func (t *table) leafColumns(cols []int) ([]int, error) {
+	m := t.pq.Manifest
+	var out []int
+	for _, c := range cols {
+		if c >= len(m.Fields) {
+			return nil, fmt.Errorf("column %d is out of range", c)
+		}
+		out = append(out, leaves(&m.Fields[c])...)
+	}
+	return out, nil
+}
+
+func leaves(f *pqarrow.SchemaField) []int {
+	if len(f.Children) == 0 {
+		return []int{f.ColIndex}
+	}
+	var out []int
+	for i := range f.Children {
+		out = append(out, leaves(&f.Children[i])...)
+	}
+	return out
+}
+
+// projection maps the selected fields to their positions in the reader's
+// schema (the reader keeps the file's field order).
+func (t *table) projection(cols []int, sc *arrow.Schema) []int {
+	out := make([]int, len(cols))
+	for i, c := range cols {
+		idx := sc.FieldIndices(t.schema.Field(c).Name)
+		out[i] = idx[0]
+	}
+	return out
+}
+
+// recordIter yields the record batches of one part, with the selected
+// columns in order.
+type recordIter struct {
+	name    string
+	rr      pqarrow.RecordReader
+	project []int             // the selected columns' positions in the batches read
+	one     arrow.RecordBatch // Arrow IPC: the part is one batch
+}
+
+func (r *recordIter) next(ctx context.Context) (arrow.RecordBatch, error) {
+	var rec arrow.RecordBatch
+	if r.rr == nil {
+		if r.one == nil {
+			return nil, io.EOF
+		}
+		rec = r.one
+		r.one = nil
+		defer rec.Release() // the projection below holds what it keeps
+	} else {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !r.rr.Next() {
+			if err := r.rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+				return nil, err
+			}
+			return nil, io.EOF
+		}
+		rec = r.rr.RecordBatch() // the reader's until its next Next
+	}
+	cols := make([]arrow.Array, len(r.project))
+	fields := make([]arrow.Field, len(r.project))
+	for i, c := range r.project {
+		cols[i], fields[i] = rec.Column(c), rec.Schema().Field(c)
+	}
+	return array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, rec.NumRows()), nil
+}
+
+func (r *recordIter) close() {
+	if r.rr != nil {
+		r.rr.Release()
+	}
+	if r.one != nil {
+		r.one.Release()
+	}
+}
