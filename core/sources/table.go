@@ -50,6 +50,16 @@ type TableOptions struct {
 	// BatchRows is how many Parquet rows are decoded at a time (default 4096).
 	BatchRows int64
 	Epoch     int64
+	// Open opens a file for random access; nil opens local files.
+	Open func(ctx context.Context, name string) (File, error)
+}
+
+// File is what the readers need of an opened table file: *os.File, or a
+// remote object read with range requests (core/storage).
+type File interface {
+	io.ReaderAt
+	io.ReadSeeker
+	io.Closer
 }
 
 // part is one row group or record batch, or a file that cannot be read
@@ -103,6 +113,9 @@ func NewTableSource(o TableOptions) (*TableSource, error) {
 	if o.ShuffleBuffer < 0 {
 		return nil, fmt.Errorf("table: shuffle buffer must be >= 0, got %d", o.ShuffleBuffer)
 	}
+	if o.Open == nil {
+		o.Open = func(_ context.Context, name string) (File, error) { return os.Open(name) }
+	}
 	s := &TableSource{o: o}
 	good := 0
 	for i, p := range o.Paths {
@@ -138,7 +151,7 @@ func (s *TableSource) Rows() int64 { return s.rows }
 // partRows opens a file and returns its parts' row counts, checking that
 // the selected columns exist.
 func (s *TableSource) partRows(f tableFormat, path string) ([]int64, error) {
-	t, err := openTable(f, path)
+	t, err := openTable(context.Background(), s.o.Open, f, path)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +234,7 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 		if p.err != nil {
 			return nil, &pipeline.ItemFailure{Item: path, Err: p.err}
 		}
-		if err := it.openFile(p.file); err != nil {
+		if err := it.openFile(ctx, p.file); err != nil {
 			return nil, &pipeline.ItemFailure{Item: path, Err: err}
 		}
 		recs, err := it.t.part(ctx, p.index, it.cols, it.s.o.BatchRows)
@@ -232,14 +245,14 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 	}
 }
 
-func (it *tableIter) openFile(i int) error {
+func (it *tableIter) openFile(ctx context.Context, i int) error {
 	if it.file == i {
 		return nil
 	}
 	it.closeFile()
 	path := it.s.o.Paths[i]
 	f, _ := formatOf(path)
-	t, err := openTable(f, path)
+	t, err := openTable(ctx, it.s.o.Open, f, path)
 	if err != nil {
 		return err
 	}
@@ -348,15 +361,15 @@ func scalar(a arrow.Array, i int) (any, bool) {
 // table is one open Parquet or Arrow IPC file.
 type table struct {
 	path   string
-	f      *os.File
+	f      File
 	pq     *pqarrow.FileReader
 	pqFile *file.Reader
 	ipc    *ipc.FileReader
 	schema *arrow.Schema
 }
 
-func openTable(format tableFormat, path string) (*table, error) {
-	f, err := os.Open(path)
+func openTable(ctx context.Context, open func(context.Context, string) (File, error), format tableFormat, path string) (*table, error) {
+	f, err := open(ctx, path)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,182 @@
+// Package storagetest starts real servers on loopback for tests of remote
+// reads: nginx (Debian's package) serving a directory, and versitygw, an
+// S3-compatible gateway over a directory (go install
+// github.com/versity/versitygw/cmd/versitygw@v1.8.0; .ci/run installs
+// both). Without the binary a test is skipped, except under CI (CI set),
+// where it fails: CI must exercise them.
+package storagetest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// need finds a server binary or skips (fails under CI).
+func need(t testing.TB, name string, extra ...string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, p := range extra {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	msg := fmt.Sprintf("%s is not installed (.ci/run installs it)", name)
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// freePort returns a loopback port nobody listens on now.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func waitListening(t testing.TB, addr string, cmd *exec.Cmd, done <-chan struct{}, log string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-done:
+			b, _ := os.ReadFile(log)
+			t.Fatalf("%s exited before listening on %s: %s", cmd.Path, addr, b)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	b, _ := os.ReadFile(log)
+	t.Fatalf("%s did not start listening on %s: %s", cmd.Path, addr, b)
+}
+
+// Nginx is a running nginx.
+type Nginx struct {
+	URL  string // http://127.0.0.1:port
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartNginx serves root at URL/ and, throttled to rateKB KiB/s per
+// response, at URL/slow/. The server is stopped at the end of the test.
+func StartNginx(t testing.TB, root string, rateKB int) *Nginx {
+	t.Helper()
+	bin := need(t, "nginx", "/usr/sbin/nginx")
+	dir := t.TempDir()
+	port := freePort(t)
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root root;" // workers must read the test's private directories
+	}
+	root, _ = filepath.Abs(root)
+	conf := fmt.Sprintf(`%s
+worker_processes 2;
+error_log %[2]s/error.log;
+pid %[2]s/nginx.pid;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path %[2]s/body; proxy_temp_path %[2]s/proxy; fastcgi_temp_path %[2]s/fcgi;
+  uwsgi_temp_path %[2]s/uwsgi; scgi_temp_path %[2]s/scgi;
+  keepalive_requests 100000;
+  server {
+    listen 127.0.0.1:%[3]d;
+    root %[4]s;
+    location /slow/ { alias %[4]s/; limit_rate %[5]dk; }
+  }
+}
+`, user, dir, port, root, max(rateKB, 1))
+	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Stop kills the workers too
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n := &Nginx{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(n.done) }()
+	t.Cleanup(n.Stop)
+	waitListening(t, fmt.Sprintf("127.0.0.1:%d", port), cmd, n.done, filepath.Join(dir, "error.log"))
+	return n
+}
+
+// Stop kills the server (and its workers) and waits for it; calling it
+// again does nothing.
+func (n *Nginx) Stop() {
+	if n.cmd.Process == nil {
+		return
+	}
+	syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+	<-n.done
+}
+
+// S3 is a running S3-compatible server (versitygw over a directory).
+type S3 struct {
+	Endpoint             string
+	AccessKey, SecretKey string
+	Region               string
+	Root                 string // the directory behind it: Root/<bucket>/<key>
+	cmd                  *exec.Cmd
+	done                 chan struct{}
+}
+
+// StartS3 starts versitygw serving the buckets (directories) under root.
+func StartS3(t testing.TB, root string) *S3 {
+	t.Helper()
+	gobin := filepath.Join(os.Getenv("HOME"), "go", "bin", "versitygw")
+	bin := need(t, "versitygw", gobin, "/tmp/vgw-bin/versitygw")
+	port := freePort(t)
+	s := &S3{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), AccessKey: "spdlgo-test", SecretKey: "spdlgo-test-secret-key",
+		Region: "us-east-1", Root: root, done: make(chan struct{})}
+	logPath := filepath.Join(t.TempDir(), "versitygw.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// --nometa: objects are files put there by the test, without the
+	// extended attributes versitygw would write on upload.
+	cmd := exec.Command(bin, "--access", s.AccessKey, "--secret", s.SecretKey, "--region", s.Region, "--quiet",
+		"--port", fmt.Sprintf("127.0.0.1:%d", port), "posix", "--nometa", root)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.cmd = cmd
+	go func() { cmd.Wait(); logf.Close(); close(s.done) }()
+	t.Cleanup(s.Stop)
+	waitListening(t, fmt.Sprintf("127.0.0.1:%d", port), cmd, s.done, logPath)
+	return s
+}
+
+// Stop kills the server.
+func (s *S3) Stop() {
+	if s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	<-s.done
+}
+
+// Env returns the AWS_* variables that point clients at the server.
+func (s *S3) Env() []string {
+	return []string{"AWS_ENDPOINT_URL=" + s.Endpoint, "AWS_ACCESS_KEY_ID=" + s.AccessKey,
+		"AWS_SECRET_ACCESS_KEY=" + s.SecretKey, "AWS_REGION=" + s.Region}
+}
+
