@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sampler"
 	"github.com/spdl-go/spdl-go/core/sources"
+	"github.com/spdl-go/spdl-go/core/storage"
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
@@ -62,6 +64,41 @@ type sourceSpec struct {
 	Columns   []string `json:"columns"`
 	Scalars   bool     `json:"scalars"`
 	BatchRows int64    `json:"batch_rows"`
+	// webdataset and table: how remote shards and files are read
+	Storage storageSpec `json:"storage"`
+}
+
+// storageSpec is how Python describes remote reads (see core/storage).
+type storageSpec struct {
+	TimeoutS float64 `json:"timeout_s"`
+	Retries  *int    `json:"retries"`
+	S3       struct {
+		Endpoint     string `json:"endpoint"`
+		Region       string `json:"region"`
+		AccessKey    string `json:"access_key"`
+		SecretKey    string `json:"secret_key"`
+		SessionToken string `json:"session_token"`
+		VirtualHost  bool   `json:"virtual_host"`
+	} `json:"s3"`
+}
+
+func (s storageSpec) client() (*storage.Client, error) {
+	if s.TimeoutS < 0 {
+		return nil, fmt.Errorf("storage: timeout_s must be > 0, got %v", s.TimeoutS)
+	}
+	o := storage.Options{Timeout: time.Duration(s.TimeoutS * float64(time.Second))}
+	if s.Retries != nil {
+		if *s.Retries < 0 {
+			return nil, fmt.Errorf("storage: retries must be >= 0, got %d", *s.Retries)
+		}
+		o.Retries = *s.Retries
+		if o.Retries == 0 {
+			o.Retries = -1
+		}
+	}
+	o.S3 = storage.S3Options{Endpoint: s.S3.Endpoint, Region: s.S3.Region, AccessKey: s.S3.AccessKey,
+		SecretKey: s.S3.SecretKey, SessionToken: s.S3.SessionToken, VirtualHost: s.S3.VirtualHost}
+	return storage.New(o), nil
 }
 
 type stageSpec struct {
@@ -117,9 +154,14 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 			return cfg, fmt.Errorf("table: %w", err)
 		}
 		s := spec.Source
+		client, err := s.Storage.client()
+		if err != nil {
+			return cfg, err
+		}
 		src, err := sources.NewTableSource(sources.TableOptions{
 			Paths: paths, Columns: s.Columns, Scalars: s.Scalars, Shuffle: s.Shuffle, Seed: s.Seed, World: s.World,
 			Rank: s.Rank, DropLast: s.DropLast, ShuffleBuffer: s.ShuffleBuffer, BatchRows: s.BatchRows, Epoch: s.Epoch,
+			Open: func(ctx context.Context, name string) (sources.File, error) { return client.OpenFile(ctx, name) },
 		})
 		if err != nil {
 			return cfg, err
@@ -249,7 +291,7 @@ func expandPaths(patterns []string) ([]string, error) {
 			return nil, err
 		}
 		for _, n := range names {
-			if !strings.ContainsAny(n, "*?[") {
+			if storage.IsRemote(n) || !strings.ContainsAny(n, "*?[") {
 				out = append(out, n)
 				continue
 			}
@@ -270,9 +312,13 @@ func webdatasetSource(s *sourceSpec) (pipeline.Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webdataset: %w", err)
 	}
+	client, err := s.Storage.client()
+	if err != nil {
+		return nil, err
+	}
 	return sources.NewTarSource(sources.TarOptions{
 		Shards: shards, Shuffle: s.Shuffle, Seed: s.Seed, World: s.World, Rank: s.Rank, DropLast: s.DropLast,
-		ShuffleBuffer: s.ShuffleBuffer, Required: s.Required, Decode: s.Decode, Epoch: s.Epoch,
+		ShuffleBuffer: s.ShuffleBuffer, Required: s.Required, Decode: s.Decode, Epoch: s.Epoch, Open: client.Open,
 	})
 }
 

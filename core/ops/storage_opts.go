@@ -35,11 +35,16 @@ func storageOptions(o *Options) (storage.Options, error) {
 		so.Retries = -1
 	}
 	if v, ok := o.Get("s3"); ok {
-		d, ok := v.(*value.Dict)
-		if !ok {
+		var m map[string]any
+		switch d := v.(type) {
+		case *value.Dict:
+			m = dictMap(d)
+		case map[string]any: // options that came as JSON
+			m = d
+		default:
 			return so, fmt.Errorf("option s3: want a dict, got %s", value.Describe(v))
 		}
-		s3 := NewOptions(dictMap(d))
+		s3 := NewOptions(m)
 		str := func(name string) string {
 			if err != nil {
 				return ""

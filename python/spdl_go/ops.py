@@ -261,9 +261,38 @@ def _size(size: Size | None) -> list[int] | int | None:
     return list(size)
 
 
-def read_file(*, key: str | None = None, output_key: str | None = None) -> NativeOp:
-    """Reads a file: path → bytes (bytes pass through). ``key`` defaults to "path"."""
-    return NativeOp("read_file", _media_opts(key, output_key))
+def read_file(
+    *,
+    key: str | None = None,
+    output_key: str | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    s3: dict[str, Any] | None = None,
+) -> NativeOp:
+    """Reads a file or object: name → bytes (bytes pass through).
+
+    Names are local paths, ``file://``, ``http(s)://`` or ``s3://bucket/key``
+    URLs. Remote reads retry with backoff on server errors (5xx, 429),
+    resets and stalls; errors name the URL and the HTTP status. A waiting
+    request costs a goroutine, not a thread, so give the stage a high
+    concurrency (64 or more) to keep many requests in flight.
+
+    Args:
+        key, output_key: Which field holds the name (default "path"), and
+            where the bytes go (default: in its place).
+        timeout: Seconds an attempt may wait for the response headers, and
+            again for each piece of the body (default 30).
+        retries: Retries of a failed attempt (default 3).
+        s3: S3 settings overriding the ``AWS_*`` environment variables:
+            endpoint (e.g. "http://127.0.0.1:9000"), region, access_key,
+            secret_key, session_token, virtual_host.
+
+    Example:
+        >>> b.add_source(urls).pipe(ops.read_file(), concurrency=64).pipe(ops.decode_image(size=224), concurrency=4)
+    """
+    from ._storage import storage_options
+
+    return NativeOp("read_file", {**_media_opts(key, output_key), **storage_options(timeout, retries, s3, "read_file")})
 
 
 def decode_image(

@@ -274,6 +274,9 @@ def webdataset(
     rank: int | None = None,
     world_size: int | None = None,
     epoch: int = 0,
+    timeout: float | None = None,
+    retries: int | None = None,
+    s3: dict[str, Any] | None = None,
 ) -> NativeSource:
     """Samples from tar shards in the WebDataset layout, read in Go.
 
@@ -296,6 +299,9 @@ def webdataset(
         drop_last, rank, world_size: Shards are dealt to ranks like samples
             in ``sampler`` (padded by repeating shards, or dropped); ranks
             read equal sample counts when shards hold equal counts.
+        timeout, retries, s3: Remote reads, as in ``ops.read_file``: shards
+            may be ``http(s)://`` or ``s3://`` URLs, streamed in 8 MiB range
+            requests (a failed one is retried, not the whole shard).
 
     A shard that is missing, truncated or corrupt fails as one item after
     the samples before the damage; the next shard goes on. The source
@@ -314,11 +320,14 @@ def webdataset(
     if not isinstance(shuffle_buffer, int) or isinstance(shuffle_buffer, bool) or shuffle_buffer < 0:
         raise ValueError(f"webdataset: shuffle_buffer must be an int >= 0, got {shuffle_buffer!r}")
     options = _sampler_options("webdataset", shuffle, seed, drop_last, rank, world_size, epoch)
+    from ._storage import storage_options
+
     options.update(
         urls=url_list,
         required=[str(r) for r in required],
         decode=dict(decode or {}),
         shuffle_buffer=shuffle_buffer,
+        storage=storage_options(timeout, retries, s3, "webdataset"),
     )
     return NativeSource("webdataset", options)
 
@@ -336,6 +345,9 @@ def table(
     world_size: int | None = None,
     epoch: int = 0,
     batch_rows: int = 4096,
+    timeout: float | None = None,
+    retries: int | None = None,
+    s3: dict[str, Any] | None = None,
 ) -> NativeSource:
     """Rows of Parquet (``.parquet``, ``.pq``) and Arrow IPC (``.arrow``,
     ``.feather``, ``.ipc``) files, read in Go, as dicts of their columns.
@@ -355,6 +367,9 @@ def table(
             ``sampler``; rows inside one are read in order.
         shuffle_buffer: Also shuffle rows through a buffer of this many.
         batch_rows: Parquet rows decoded at a time.
+        timeout, retries, s3: Remote reads, as in ``ops.read_file``: files
+            may be ``http(s)://`` or ``s3://`` URLs, read with range
+            requests (the footer, then each column chunk).
 
     A file that is missing, unreadable or lacks a selected column fails as
     one item per epoch, naming it and the column; the other files are read.
@@ -374,6 +389,8 @@ def table(
         raise ValueError(f"table: shuffle_buffer must be an int >= 0, got {shuffle_buffer!r}")
     if not isinstance(batch_rows, int) or batch_rows < 1:
         raise ValueError(f"table: batch_rows must be an int >= 1, got {batch_rows!r}")
+    from ._storage import storage_options
+
     options = _sampler_options("table", shuffle, seed, drop_last, rank, world_size, epoch)
     options.update(
         urls=path_list,
@@ -381,5 +398,6 @@ def table(
         scalars=bool(scalars),
         shuffle_buffer=shuffle_buffer,
         batch_rows=batch_rows,
+        storage=storage_options(timeout, retries, s3, "table"),
     )
     return NativeSource("table", options)
