@@ -21,8 +21,11 @@ func init() {
 //
 // Options: key (default "path"), output_key (default: key, so the path is
 // replaced by the bytes; give another key to keep the path for error
-// messages, e.g. decode_image names it), and the remote-read options of
-// storageOptions (timeout_s, retries, s3).
+// messages, e.g. decode_image names it), the remote-read options of
+// storageOptions (timeout_s, retries, s3), and a cache (storage.Cache):
+// cache_memory_bytes (an LRU of any names' bytes), cache_dir and
+// cache_disk_bytes (remote objects on local disk, shared by processes,
+// kept across runs). Its counters show in the stage's stats.
 //
 // Cost: a local file is one os.ReadFile; a remote object one GET (more on
 // retries), whose wait costs a goroutine, not a thread: run the stage with
@@ -30,6 +33,7 @@ func init() {
 type readFile struct {
 	field  Field
 	client *storage.Client
+	cache  *storage.Cache // nil without one
 }
 
 func newReadFile(m map[string]any) (Op, error) {
@@ -44,10 +48,26 @@ func newReadFile(m map[string]any) (Op, error) {
 	if err != nil {
 		return nil, err
 	}
+	var co storage.CacheOptions
+	if co.MemoryBytes, err = o.Int("cache_memory_bytes", 0); err != nil {
+		return nil, err
+	}
+	if co.Dir, err = o.String("cache_dir", ""); err != nil {
+		return nil, err
+	}
+	if co.DiskBytes, err = o.Int("cache_disk_bytes", 0); err != nil {
+		return nil, err
+	}
 	if err := o.Done(); err != nil {
 		return nil, err
 	}
-	return readFile{field: f, client: storage.New(so)}, nil
+	op := readFile{field: f, client: storage.New(so)}
+	if co.MemoryBytes != 0 || co.Dir != "" {
+		if op.cache, err = storage.NewCache(co); err != nil {
+			return nil, err
+		}
+	}
+	return op, nil
 }
 
 func (op readFile) Process(ctx context.Context, in any) (any, error) {
@@ -63,10 +83,18 @@ func (op readFile) Process(ctx context.Context, in any) (any, error) {
 			if x == "" {
 				return nil, fmt.Errorf("read_file: the path is empty")
 			}
+			if op.cache != nil {
+				if b, ok := op.cache.Get(x); ok {
+					return b, nil
+				}
+			}
 			b, err := op.client.ReadAll(ctx, x)
 			if err != nil {
 				// Both *fs.PathError and *storage.Error name the file.
 				return nil, fmt.Errorf("read_file: %w", err)
+			}
+			if op.cache != nil {
+				op.cache.Put(x, b)
 			}
 			return b, nil
 		default:
@@ -78,4 +106,16 @@ func (op readFile) Process(ctx context.Context, in any) (any, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// OpStats reports the cache's counters (pipeline.OpStatsReporter).
+func (op readFile) OpStats() map[string]int64 {
+	if op.cache == nil {
+		return nil
+	}
+	s := op.cache.Stats()
+	return map[string]int64{
+		"cache_memory_hits": s.MemoryHits, "cache_disk_hits": s.DiskHits, "cache_misses": s.Misses,
+		"cache_memory_bytes": s.MemoryBytes, "cache_disk_bytes": s.DiskBytes, "cache_evictions": s.Evictions,
+	}
 }

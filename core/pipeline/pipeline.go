@@ -26,6 +26,13 @@ type OpFunc func(ctx context.Context, in any) (any, error)
 // Process calls f.
 func (f OpFunc) Process(ctx context.Context, in any) (any, error) { return f(ctx, in) }
 
+// OpStatsReporter is implemented by ops that keep counters of their own
+// (a read cache's hits); Stats shows them under the stage. OpStats must be
+// safe to call at any time from any goroutine.
+type OpStatsReporter interface {
+	OpStats() map[string]int64
+}
+
 // ThreadBound is implemented by an Op or Iterator that keeps state tied to
 // an OS thread, such as a Python thread state: the engine calls
 // AttachThread on each goroutine that will call it, before the first call,
@@ -445,6 +452,9 @@ func (p *Pipeline) Stats() Stats {
 			c = p.cfg.BufferSize
 		}
 		st.Stages[i] = StageStats{Name: s.Name, Kind: s.Kind.String(), Concurrency: s.Concurrency, QueueCap: c}
+		if r, ok := s.Op.(OpStatsReporter); ok {
+			st.Stages[i].OpStats = r.OpStats()
+		}
 		if t := s.tuner; t != nil {
 			p.tuneMu.Lock()
 			st.Stages[i].Concurrency, st.Stages[i].Tuning = t.limit, t.status

@@ -28,21 +28,24 @@ type Stats struct {
 // downstream takes items as fast as they come: this stage, or one before
 // it, is the bottleneck.
 type StageStats struct {
-	Name               string  `json:"name"`
-	Kind               string  `json:"kind"`                      // "source", "pipe", "aggregate", "disaggregate"
-	Concurrency        int     `json:"concurrency"`               // workers allowed now (an auto stage's current choice)
-	Auto               bool    `json:"auto,omitempty"`            // AutoConcurrency
-	MaxConcurrency     int     `json:"max_concurrency,omitempty"` // an auto stage's ceiling
-	Tuning             string  `json:"tuning,omitempty"`          // an auto stage's tuner state, in words
-	ItemsIn            int64   `json:"items_in"`
-	ItemsOut           int64   `json:"items_out"`
-	Failures           int64   `json:"failures"`
-	Abandoned          int64   `json:"abandoned,omitempty"` // calls given up after a Timeout (also counted in Failures)
-	BusyNs             int64   `json:"busy_ns"`             // summed wall time inside Op.Process
-	Active             int64   `json:"active"`              // ops running now
-	QueueLen           int     `json:"queue_len"`
-	QueueCap           int     `json:"queue_cap"`
-	QueueMeanOccupancy float64 `json:"queue_mean_occupancy"`
+	Name           string `json:"name"`
+	Kind           string `json:"kind"`                      // "source", "pipe", "aggregate", "disaggregate"
+	Concurrency    int    `json:"concurrency"`               // workers allowed now (an auto stage's current choice)
+	Auto           bool   `json:"auto,omitempty"`            // AutoConcurrency
+	MaxConcurrency int    `json:"max_concurrency,omitempty"` // an auto stage's ceiling
+	Tuning         string `json:"tuning,omitempty"`          // an auto stage's tuner state, in words
+	ItemsIn        int64  `json:"items_in"`
+	ItemsOut       int64  `json:"items_out"`
+	Failures       int64  `json:"failures"`
+	Abandoned      int64  `json:"abandoned,omitempty"` // calls given up after a Timeout (also counted in Failures)
+	// OpStats are the op's own counters, if it keeps any (OpStatsReporter):
+	// a read cache's hits and misses, for example. Cumulative, not per epoch.
+	OpStats            map[string]int64 `json:"op_stats,omitempty"`
+	BusyNs             int64            `json:"busy_ns"` // summed wall time inside Op.Process
+	Active             int64            `json:"active"`  // ops running now
+	QueueLen           int              `json:"queue_len"`
+	QueueCap           int              `json:"queue_cap"`
+	QueueMeanOccupancy float64          `json:"queue_mean_occupancy"`
 
 	// Percentiles of the time one Op.Process call took (pipe stages only;
 	// zero before any item). Read from a log-spaced histogram with 8

@@ -268,6 +268,9 @@ def read_file(
     timeout: float | None = None,
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
+    cache_memory_bytes: int = 0,
+    cache_dir: str | None = None,
+    cache_disk_bytes: int = 0,
 ) -> NativeOp:
     """Reads a file or object: name → bytes (bytes pass through).
 
@@ -286,13 +289,34 @@ def read_file(
         s3: S3 settings overriding the ``AWS_*`` environment variables:
             endpoint (e.g. "http://127.0.0.1:9000"), region, access_key,
             secret_key, session_token, virtual_host.
+        cache_memory_bytes: Keep up to this many bytes of recently read
+            objects in memory (an LRU), for datasets that fit.
+        cache_dir, cache_disk_bytes: Keep remote objects in this directory,
+            up to this many bytes, evicting the least recently used. The
+            directory may be shared by processes (entries appear whole)
+            and outlives the run. Names are assumed to keep their content.
+            Hits and misses show in ``stats().stages[i].op_stats``.
 
     Example:
         >>> b.add_source(urls).pipe(ops.read_file(), concurrency=64).pipe(ops.decode_image(size=224), concurrency=4)
     """
     from ._storage import storage_options
 
-    return NativeOp("read_file", {**_media_opts(key, output_key), **storage_options(timeout, retries, s3, "read_file")})
+    cache: dict[str, Any] = {}
+    for name, v in (("cache_memory_bytes", cache_memory_bytes), ("cache_disk_bytes", cache_disk_bytes)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"read_file: {name} must be an int >= 0, got {v!r}")
+        if v:
+            cache[name] = v
+    if cache_dir is not None:
+        if not cache_disk_bytes:
+            raise ValueError("read_file: cache_dir needs cache_disk_bytes, the disk cache's budget")
+        cache["cache_dir"] = str(cache_dir)
+    elif cache_disk_bytes:
+        raise ValueError("read_file: cache_disk_bytes needs cache_dir")
+    return NativeOp(
+        "read_file", {**_media_opts(key, output_key), **storage_options(timeout, retries, s3, "read_file"), **cache}
+    )
 
 
 def decode_image(

@@ -231,6 +231,10 @@ class StageStats:
     max_concurrency: int = 0
     tuning: str = ""
     """The tuner's state in words, e.g. "settled at 2 (812 items/s, workers 97% busy)"."""
+    op_stats: dict[str, int] = field(default_factory=dict)
+    """The op's own counters, e.g. ``read_file``'s cache: cache_memory_hits,
+    cache_disk_hits, cache_misses, cache_memory_bytes, cache_disk_bytes,
+    cache_evictions (cumulative over epochs)."""
 
     @classmethod
     def _from(cls, d: dict[str, Any]) -> "StageStats":
@@ -255,6 +259,7 @@ class StageStats:
             auto=bool(d.get("auto", False)),
             max_concurrency=int(d.get("max_concurrency", 0)),
             tuning=d.get("tuning", "") or "",
+            op_stats={k: int(v) for k, v in (d.get("op_stats") or {}).items()},
         )
 
 

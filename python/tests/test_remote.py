@@ -134,3 +134,39 @@ def test_read_file_and_parquet_from_s3(s3):
     bad = {**s3.settings(), "secret_key": "wrong"}
     out, st = _run(spdl_go.PipelineBuilder().add_source(keys[:1]).pipe(ops.read_file(s3=bad)))
     assert not out and "s3://bucket/img/0000.jpg: HTTP 403 Forbidden" in st.recent_errors[0]
+
+
+@pytest.mark.parametrize("level", ["memory", "disk"])
+def test_cache_serves_later_epochs_and_restarts(nginx, tmp_path, level):
+    urls = [f"{nginx.url}/bucket/img/{i:04d}.jpg" for i in range(100)]
+    opts = {"cache_memory_bytes": 1 << 20} if level == "memory" else {"cache_dir": str(tmp_path / "cache"), "cache_disk_bytes": 1 << 20}
+
+    def build():
+        return (spdl_go.PipelineBuilder().add_source(urls).pipe(ops.read_file(retries=0, **opts), concurrency=16, name="read")
+                .add_sink(4).build(max_failures=-1))
+
+    p = build()
+    with p.auto_stop():
+        first = sorted(bytes(b) for b in p)
+        s1 = p.stats().stages[0].op_stats
+        nginx.stop()  # from here on, only the cache can answer
+        second = sorted(bytes(b) for b in p)
+        s2 = p.stats().stages[0].op_stats
+    assert len(first) == 100 and second == first
+    assert s1["cache_misses"] == 100 and s1["cache_memory_hits"] + s1["cache_disk_hits"] == 0
+    hits = "cache_memory_hits" if level == "memory" else "cache_disk_hits"
+    assert s2[hits] == 100 and s2["cache_misses"] == 100
+    if level == "disk":
+        assert s2["cache_disk_bytes"] == sum(map(len, first))
+        # A new pipeline (a restarted job) finds the directory's entries.
+        p = build()
+        with p.auto_stop():
+            third = sorted(bytes(b) for b in p)
+            assert third == first and p.stats().stages[0].op_stats["cache_disk_hits"] == 100
+
+
+def test_cache_options_are_checked():
+    with pytest.raises(ValueError, match="cache_dir needs cache_disk_bytes"):
+        ops.read_file(cache_dir="/tmp/x")
+    with pytest.raises(ValueError, match="cache_memory_bytes must be an int >= 0"):
+        ops.read_file(cache_memory_bytes=-1)
