@@ -10,7 +10,7 @@ export CGO_ENABLED := 1
 FT_PREFIX ?= $(HOME)/.cache/spdl-go/cpython-3.13t
 PYFT := $(FT_PREFIX)/bin/python3.13t
 
-.PHONY: all deps build setup install demo test go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check clean
+.PHONY: all deps build setup servers install demo test go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check clean
 
 all: build
 
@@ -26,7 +26,7 @@ build: deps
 ## setup: system packages, and the Python packages the tests and the demo use
 # (torch is large: pip's cache serves it after the first install on a machine)
 setup: deps
-	$(PY) -m pip install -q --disable-pip-version-check "numpy>=1.26" "pyarrow>=14" "pytest>=7" pytest-timeout pillow torch
+	$(PY) -m pip install -q --disable-pip-version-check "numpy>=1.26" "pyarrow>=14" "pytest>=7" pytest-timeout pillow torch requests
 
 ## install: build the wheel and install it (what users get from pip)
 install:
@@ -36,9 +36,13 @@ install:
 demo: setup install
 	cd /tmp && $(PY) -m spdl_go.demo
 
+## servers: nginx and versitygw, which the remote-read tests start on loopback
+servers:
+	.ci/servers
+
 ## test: Go tests with the race detector, then pytest against the installed
 ## wheel on the standard CPython ($(PY)) and on free-threaded CPython 3.13t
-test: setup go-test install py-test test-ft
+test: setup servers go-test install py-test test-ft
 
 go-test:
 	$(GO) vet ./...

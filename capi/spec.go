@@ -55,6 +55,7 @@ type sourceSpec struct {
 	Resume    *sampler.Progress `json:"resume"`     // where the first epoch picks up
 	ItemsWire []byte            `json:"items_wire"` // base64 in JSON: the wire encoding of the items list
 	Listing   *listingSpec      `json:"listing"`    // items listed in Go (files, image_folder)
+	WithIndex bool              `json:"with_index"` // add each item's dataset index
 	// kind "webdataset" (also uses the sampler fields except n)
 	URLs          []string          `json:"urls"` // shard paths or brace patterns
 	Required      []string          `json:"required"`
@@ -278,6 +279,7 @@ func samplerSource(s *sourceSpec) (pipeline.Source, error) {
 		}
 		src.Resume = s.Resume
 	}
+	src.WithIndex = s.WithIndex
 	return src, nil
 }
 

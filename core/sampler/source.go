@@ -21,6 +21,12 @@ type Source struct {
 	// Resume, if set, is where the first epoch (Resume.Epoch, which
 	// replaces Epoch) picks up; later epochs start from their beginning.
 	Resume *Progress
+	// WithIndex adds each item's dataset index, so that a consumer can
+	// report what it consumed (Tracker) whatever the stages in between do:
+	// a tuple item gets it appended, a dict item under "__index__", any
+	// other item becomes (item, index). Media ops keep a tuple's tail and
+	// a dict's other keys, and collate turns the indices into a column.
+	WithIndex bool
 
 	opened atomic.Int64
 }
@@ -79,7 +85,18 @@ func (it *iterator) Next(context.Context) (any, error) {
 		return idx, nil
 	}
 	// Ops own their input and may change it: each epoch gets a copy.
-	return clonePlain(it.s.Items[idx]), nil
+	v := clonePlain(it.s.Items[idx])
+	if !it.s.WithIndex {
+		return v, nil
+	}
+	switch x := v.(type) {
+	case value.Tuple:
+		return append(x, idx), nil
+	case *value.Dict:
+		x.Set("__index__", idx)
+		return x, nil
+	}
+	return value.Tuple{v, idx}, nil
 }
 
 func (it *iterator) Close() error { return nil }

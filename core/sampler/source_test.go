@@ -115,3 +115,33 @@ func TestNewSourceRejectsBadItems(t *testing.T) {
 type releaser struct{}
 
 func (releaser) Release() {}
+
+func TestSourceWithIndex(t *testing.T) {
+	d := value.NewDict(1)
+	d.Set("path", "c.jpg")
+	items := value.List{value.Tuple{"a.jpg", int64(7)}, "b.jpg", d}
+	src, err := sampler.NewSource(sampler.Config{N: 3, World: 1}, items, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.WithIndex = true
+	it, err := src.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		v, err := it.Next(context.Background())
+		if err != nil {
+			break
+		}
+		got = append(got, value.Describe(v))
+	}
+	want := []string{`("a.jpg", 7, 0)`, `("b.jpg", 1)`, `{"path": "c.jpg", "__index__": 2}`}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if v, _ := items[0].(value.Tuple); len(v) != 2 {
+		t.Errorf("the source's own items changed: %v", items[0])
+	}
+}

@@ -13,6 +13,7 @@ Example:
 from . import media, ops, sources
 from ._buffers import ArrowArray, Tensor
 from ._lib import LIB as _LIB
+from .checkpoint import ResumableSource
 from .loader import DataLoader
 from .pipeline import Bottleneck, Pipeline, PipelineBuilder, PipelineError, PipelineStats, StageStats
 
@@ -26,6 +27,7 @@ __all__ = [
     "PipelineBuilder",
     "PipelineError",
     "PipelineStats",
+    "ResumableSource",
     "StageStats",
     "Tensor",
     "__version__",

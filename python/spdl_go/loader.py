@@ -16,13 +16,11 @@ are stacked in C memory and handed over zero-copy.
 
 from __future__ import annotations
 
-import ctypes
-import json
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-from . import _lib, ops, sources
+from . import ops, sources
+from .checkpoint import ResumableSource
 from .pipeline import Pipeline, PipelineBuilder, PipelineStats
 
 __all__ = ["DataLoader"]
@@ -90,8 +88,9 @@ class DataLoader:
         self.dataset, self.batch_size, self.drop_last, self.output = dataset, batch_size, drop_last, output
         self._source = sources.sampler(n, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size)
         opts = self._source.options
-        self._cfg = {k: opts[k] for k in ("n", "shuffle", "seed", "world_size", "rank", "drop_last")}
         self._per_rank = _per_rank(n, opts["world_size"], drop_last)
+        # Tracks the epoch's consumed samples for state_dict.
+        self._ckpt = ResumableSource(self._source)
         self._threads, self._prefetch = num_threads, prefetch
         if device is not None and output == "numpy":
             raise ValueError("DataLoader: output='numpy' needs CPU batches; drop device= or use output='torch'")
@@ -112,15 +111,12 @@ class DataLoader:
         self._consumed: list[int] = []
         self._next_epoch = 0
         self._finished = False
-        self.pipeline: Pipeline = self._build(None)
+        self.pipeline: Pipeline = self._build()
 
-    def _build(self, resume: dict[str, Any] | None) -> Pipeline:
-        source = self._source
-        if resume is not None:
-            source = sources.NativeSource("sampler", {**source.options, "resume": resume, "epoch": resume["epoch"]})
+    def _build(self) -> Pipeline:
         b = (
             PipelineBuilder()
-            .add_source(source)
+            .add_source(self._ckpt.source)
             .pipe(self._load, concurrency=self._threads, name="load", output_order="input")
             .aggregate(self.batch_size, drop_last=self.drop_last)
             .pipe(ops.collate(numbers="tensor"), name="collate")
@@ -136,18 +132,10 @@ class DataLoader:
         return full + (1 if rest and not self.drop_last else 0)
 
     def __iter__(self) -> Iterator[Any]:
-        import numpy as np
-
         # Each iteration is the source's next epoch (the first one after
         # load_state_dict resumes where the state left off).
-        if self._next_epoch != self._progress["epoch"] or self._consumed or self._finished:
-            self._progress = {"epoch": self._next_epoch, "prefix": 0}
-        self._consumed, self._finished = [], False
-        self._next_epoch = self._progress["epoch"] + 1
-        for sample, idx in self.pipeline:
-            self._consumed.extend(np.from_dlpack(idx).tolist())
+        for sample, _ in self._ckpt.track(self.pipeline, index=lambda b: b[1]):
             yield self._convert(sample)
-        self._finished = True
 
     # ---- checkpointing ----------------------------------------------------------
     def local_state(self) -> dict[str, Any]:
@@ -155,36 +143,9 @@ class DataLoader:
         the training loop; batches prefetched but not yet yielded do not
         count). In a distributed job, every rank's local state goes to
         ``merge_states``; ``state_dict`` does that through torch.distributed."""
-        if self._finished:
-            rank_state = None  # the epoch is done on this rank
-        else:
-            rank_state = _sampler_call(
-                {"op": "state", "config": self._cfg, "progress": self._progress, "consumed": self._consumed}
-            )
-        return {
-            "version": 1,
-            "dataset": {k: self._cfg[k] for k in ("n", "shuffle", "seed", "drop_last")},
-            "epoch": self._progress["epoch"],
-            "finished": self._finished,
-            "rank_state": rank_state,
-        }
+        return self._ckpt.local_state()
 
-    @staticmethod
-    def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
-        """Combines the local states of every rank into the job's state."""
-        if not states:
-            raise ValueError("merge_states: no states")
-        first = states[0]
-        for s in states:
-            if s.get("version") != 1 or s["dataset"] != first["dataset"] or s["epoch"] != first["epoch"]:
-                raise ValueError("merge_states: the states come from different datasets, epochs or versions")
-        if all(s["finished"] for s in states):
-            progress = {"epoch": first["epoch"] + 1, "prefix": 0}
-        else:
-            progress = _sampler_call(
-                {"op": "merge", "n": first["dataset"]["n"], "states": [_rank_state(s) for s in states]}
-            )
-        return {"version": 1, "dataset": first["dataset"], "progress": progress}
+    merge_states = staticmethod(ResumableSource.merge_states)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the job is in its current epoch, small and JSON-serialisable.
@@ -196,36 +157,16 @@ class DataLoader:
         handed to the training loop, in the same order, with any number of
         ranks or threads.
         """
-        local = self.local_state()
-        world = self._cfg["world_size"]
-        if world == 1:
-            return self.merge_states([local])
-        dist = sys.modules.get("torch.distributed")
-        if dist is None or not dist.is_available() or not dist.is_initialized():
-            raise RuntimeError(
-                f"state_dict: this rank is one of {world}, but no torch.distributed group is initialised to "
-                "gather the others; call local_state() on every rank and DataLoader.merge_states(states)"
-            )
-        states: list[Any] = [None] * world
-        dist.all_gather_object(states, local)
-        return self.merge_states(states)
+        return self._ckpt.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resumes from ``state_dict()``'s result (possibly saved by a job
         with another number of ranks): the next iteration finishes the saved
         epoch with the samples not yet consumed, shared over this job's
         ranks; the one after starts the next epoch."""
-        if not isinstance(state, dict) or state.get("version") != 1 or "progress" not in state:
-            raise ValueError("load_state_dict: not a spdl_go.DataLoader state (want the dict state_dict() returned)")
-        mine = {k: self._cfg[k] for k in ("n", "shuffle", "seed", "drop_last")}
-        for k, v in state["dataset"].items():
-            if mine.get(k) != v:
-                raise ValueError(f"load_state_dict: the state is for {k}={v!r}, this loader has {k}={mine.get(k)!r}")
-        progress = dict(state["progress"])
+        self._ckpt.load_state_dict(state)
         self.pipeline.close()
-        self.pipeline = self._build(progress)
-        self._progress, self._consumed, self._finished = progress, [], False
-        self._next_epoch = progress["epoch"]
+        self.pipeline = self._build()
 
     def stats(self) -> PipelineStats:
         """The underlying pipeline's statistics (see Pipeline.stats)."""
@@ -240,20 +181,6 @@ class DataLoader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _sampler_call(req: dict[str, Any]) -> Any:
-    raw = json.dumps(req).encode()
-    out, err = ctypes.c_void_p(), ctypes.c_void_p()
-    if _lib.LIB.spdl_sampler_call(raw, len(raw), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
-        raise ValueError(_lib.take_string(err.value))
-    return json.loads(_lib.take_string(out.value))
-
-
-def _rank_state(s: dict[str, Any]) -> dict[str, Any]:
-    if s["finished"] or s["rank_state"] is None:
-        raise ValueError("merge_states: some ranks finished the epoch and others did not; save at the same step on every rank")
-    return s["rank_state"]
 
 
 def _per_rank(n: int, world: int, drop_last: bool) -> int:

@@ -73,6 +73,7 @@ def sampler(
     rank: int | None = None,
     world_size: int | None = None,
     epoch: int = 0,
+    with_index: bool = False,
 ) -> NativeSource:
     """This rank's share of a dataset, one epoch per iteration, in Go.
 
@@ -102,6 +103,7 @@ def sampler(
     from . import _codec
 
     options = _sampler_options("sampler", shuffle, seed, drop_last, rank, world_size, epoch)
+    options["with_index"] = bool(with_index)
     if isinstance(data, int) and not isinstance(data, bool):
         if data < 1:
             raise ValueError(f"sampler: the dataset size must be >= 1, got {data}")
@@ -170,7 +172,7 @@ class ListedSource(NativeSource):
 
 def _listed(
     who: str, listing: dict[str, Any], shuffle: bool, seed: int, drop_last: bool,
-    rank: int | None, world_size: int | None, epoch: int,
+    rank: int | None, world_size: int | None, epoch: int, with_index: bool,
 ) -> ListedSource:
     import ctypes
     import json
@@ -178,6 +180,7 @@ def _listed(
     from . import _lib
 
     options = _sampler_options(who, shuffle, seed, drop_last, rank, world_size, epoch)
+    options["with_index"] = bool(with_index)
     req = json.dumps({"op": "list", "listing": listing}).encode()
     out, err = ctypes.c_void_p(), ctypes.c_void_p()
     if _lib.LIB.spdl_sampler_call(req, len(req), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
@@ -205,6 +208,7 @@ def files(
     rank: int | None = None,
     world_size: int | None = None,
     epoch: int = 0,
+    with_index: bool = False,
 ) -> ListedSource:
     """The files under a directory, or matching a glob, as paths.
 
@@ -218,6 +222,7 @@ def files(
             (``"/data/train/**/*.jpg"``).
         extensions: Keep only these (``".jpg"`` or ``"jpg"``, any case).
         recursive: Descend into subdirectories of a directory ``root``.
+        with_index: Yield ``(path, index)`` for ``ResumableSource``.
 
     Raises:
         ValueError: ``root`` does not exist or cannot be read, or nothing
@@ -228,7 +233,7 @@ def files(
         >>> b = PipelineBuilder().add_source(src).pipe(ops.read_file()).pipe(ops.decode_image(size=224))
     """
     listing = {"kind": "files", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": bool(recursive)}
-    return _listed("files", listing, shuffle, seed, drop_last, rank, world_size, epoch)
+    return _listed("files", listing, shuffle, seed, drop_last, rank, world_size, epoch, with_index)
 
 
 def image_folder(
@@ -241,6 +246,7 @@ def image_folder(
     rank: int | None = None,
     world_size: int | None = None,
     epoch: int = 0,
+    with_index: bool = False,
 ) -> ListedSource:
     """An ImageNet-style folder, ``root/<class>/**/<file>``, as
     ``(path, label)`` tuples.
@@ -249,7 +255,8 @@ def image_folder(
     the first), as torchvision's ``ImageFolder`` numbers them; the source's
     ``classes`` lists them. Sampling, sharding and resume work as in
     ``sampler``. A class with no matching file is an error, since it would
-    shift every later label.
+    shift every later label. ``with_index=True`` yields ``(path, label,
+    index)`` for ``ResumableSource``.
 
     Example:
         >>> src = sources.image_folder("/data/imagenet/train", shuffle=True, seed=0)
@@ -259,7 +266,7 @@ def image_folder(
         ...      .pipe(ops.read_file()).pipe(ops.decode_image(size=224), concurrency=8))
     """
     listing = {"kind": "image_folder", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": True}
-    return _listed("image_folder", listing, shuffle, seed, drop_last, rank, world_size, epoch)
+    return _listed("image_folder", listing, shuffle, seed, drop_last, rank, world_size, epoch, with_index)
 
 
 def webdataset(

@@ -45,20 +45,32 @@ def _wait(port: int, proc: subprocess.Popen, log: Path) -> None:
     raise RuntimeError(f"server did not start on port {port}: {log.read_text() if log.exists() else ''}")
 
 
-class Nginx:
-    """nginx serving ``root`` at ``url``, and throttled at ``url + "/slow"``."""
+ECHO_MODULE = "/usr/share/nginx/modules/ngx_http_echo_module.so"
 
-    def __init__(self, root: Path, work: Path, rate_kb: int = 64) -> None:
+
+class Nginx:
+    """nginx serving ``root`` at ``url``, throttled at ``url + "/slow"``,
+    and, with ``latency_ms``, after that delay at ``url + "/lat"`` (like an
+    object store's time to first byte; needs Debian's echo module)."""
+
+    def __init__(self, root: Path, work: Path, rate_kb: int = 64, latency_ms: float = 0) -> None:
         binary = _need("nginx", "/usr/sbin/nginx")
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         user = "user root root;" if os.geteuid() == 0 else ""
+        load, lat = "", ""
+        if latency_ms:
+            if not os.path.exists(ECHO_MODULE):
+                raise RuntimeError(f"latency needs nginx's echo module ({ECHO_MODULE}: apt-get install libnginx-mod-http-echo)")
+            load = f"load_module {ECHO_MODULE};"
+            lat = f"location ~ ^/lat/(.*)$ {{ echo_sleep {round(latency_ms / 1000, 3)!r}; echo_exec /$1; }}"
         conf = work / "nginx.conf"
-        conf.write_text(f"""{user}
+        conf.write_text(f"""{load}
+{user}
 worker_processes 2;
 error_log {work}/error.log;
 pid {work}/nginx.pid;
-events {{ worker_connections 1024; }}
+events {{ worker_connections 4096; }}
 http {{
   access_log off;
   client_body_temp_path {work}/body; proxy_temp_path {work}/proxy; fastcgi_temp_path {work}/fcgi;
@@ -68,6 +80,7 @@ http {{
     listen 127.0.0.1:{self.port};
     root {root};
     location /slow/ {{ alias {root}/; limit_rate {rate_kb}k; }}
+    {lat}
   }}
 }}
 """)

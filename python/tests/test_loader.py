@@ -133,5 +133,5 @@ def test_state_of_another_dataset_is_refused(no_leaks):
     with loader(30) as a, loader(31) as b:
         with pytest.raises(ValueError, match="n=30"):
             b.load_state_dict(a.state_dict())
-        with pytest.raises(ValueError, match="not a spdl_go.DataLoader state"):
+        with pytest.raises(ValueError, match="not a spdl_go.DataLoader or ResumableSource state"):
             b.load_state_dict({"epoch": 1})

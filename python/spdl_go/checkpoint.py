@@ -1,0 +1,197 @@
+"""Mid-epoch checkpoints for pipelines fed by a sampler-based source.
+
+``sources.sampler``, ``sources.files`` and ``sources.image_folder`` deal out
+a known number of samples in an order fixed by the seed and the epoch. Made
+with ``with_index=True``, every sample carries its dataset index through
+the pipeline (media ops keep it; ``collate`` turns it into a column). A
+``ResumableSource`` records the indices of the batches handed to the
+training loop, and its state resumes the epoch exactly there, with any
+number of ranks or threads:
+
+    src = ResumableSource(sources.image_folder(root, shuffle=True, with_index=True))
+    pipeline = build(src.source)                       # build from src.source
+    for images, labels, idx in src.track(pipeline):    # one epoch
+        train(images, labels)
+    torch.save(src.state_dict(), path)                 # at any step; under torchrun, on every rank
+    # after a restart:
+    src.load_state_dict(torch.load(path)); pipeline = build(src.source)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import _lib
+from .sources import NativeSource
+
+__all__ = ["ResumableSource"]
+
+_CFG_KEYS = ("n", "shuffle", "seed", "world_size", "rank", "drop_last")
+_DATASET_KEYS = ("n", "shuffle", "seed", "drop_last")
+
+
+class ResumableSource:
+    """Tracks how much of each epoch of a sampler-based source the training
+    loop has consumed, for ``state_dict`` / ``load_state_dict``.
+
+    Args:
+        source: A source from ``sources.sampler``, ``sources.files`` or
+            ``sources.image_folder``. To use ``track``'s default index
+            reader, make it with ``with_index=True``.
+    """
+
+    def __init__(self, source: NativeSource) -> None:
+        if not isinstance(source, NativeSource) or source.kind != "sampler":
+            raise TypeError(
+                "ResumableSource: needs a source from sources.sampler, sources.files or sources.image_folder "
+                f"(got {source!r:.80}); streaming sources (webdataset, table) restart their epoch"
+            )
+        self._base = source
+        self._cfg = {k: source.options[k] for k in _CFG_KEYS}
+        self._resume: dict[str, Any] | None = None
+        # The epoch being read: where it started, and the dataset indices
+        # handed to the training loop since.
+        self._progress: dict[str, Any] = {"epoch": source.options.get("epoch", 0), "prefix": 0}
+        self._consumed: list[int] = []
+        self._finished = False
+        self._next_epoch = self._progress["epoch"]
+
+    @property
+    def source(self) -> NativeSource:
+        """The source to build the pipeline from: the given one, or after
+        ``load_state_dict`` the same with its first epoch resumed."""
+        if self._resume is None:
+            return self._base
+        opts = {**self._base.options, "resume": self._resume, "epoch": self._resume["epoch"]}
+        return dataclasses.replace(self._base, options=opts)
+
+    def track(self, pipeline: Any, index: Callable[[Any], Any] | None = None) -> Iterator[Any]:
+        """Iterates one epoch of ``pipeline``, recording each batch's
+        dataset indices as it is handed out.
+
+        Args:
+            pipeline: A pipeline built from ``self.source`` (iterating it
+                gives one epoch).
+            index: Returns a batch's indices (a tensor, an Arrow array or a
+                sequence of ints). By default the last element of a tuple
+                or list batch, or ``batch["__index__"]`` of a dict batch.
+        """
+        read = index or _default_index
+        if self._next_epoch != self._progress["epoch"] or self._consumed or self._finished:
+            self._progress = {"epoch": self._next_epoch, "prefix": 0}
+        self._consumed, self._finished = [], False
+        self._next_epoch = self._progress["epoch"] + 1
+        for batch in pipeline:
+            self._consumed.extend(_ints(read(batch)))
+            yield batch
+        self._finished = True
+
+    def local_state(self) -> dict[str, Any]:
+        """This rank's progress in the current epoch: the batches handed to
+        the training loop (prefetched ones do not count). In a distributed
+        job, every rank's goes to ``merge_states``; ``state_dict`` does
+        that through torch.distributed."""
+        if self._finished:
+            rank_state = None  # the epoch is done on this rank
+        else:
+            rank_state = _sampler_call({"op": "state", "config": self._cfg, "progress": self._progress, "consumed": self._consumed})
+        return {
+            "version": 1,
+            "dataset": {k: self._cfg[k] for k in _DATASET_KEYS},
+            "epoch": self._progress["epoch"],
+            "finished": self._finished,
+            "rank_state": rank_state,
+        }
+
+    @staticmethod
+    def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+        """Combines every rank's ``local_state`` into the job's state."""
+        if not states:
+            raise ValueError("merge_states: no states")
+        first = states[0]
+        for s in states:
+            if s.get("version") != 1 or s["dataset"] != first["dataset"] or s["epoch"] != first["epoch"]:
+                raise ValueError("merge_states: the states come from different datasets, epochs or versions")
+        if all(s["finished"] for s in states):
+            progress = {"epoch": first["epoch"] + 1, "prefix": 0}
+        else:
+            progress = _sampler_call({"op": "merge", "n": first["dataset"]["n"], "states": [_rank_state(s) for s in states]})
+        return {"version": 1, "dataset": first["dataset"], "progress": progress}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the job is in its current epoch, small and JSON-serialisable.
+
+        In a distributed job (an initialised torch.distributed group), every
+        rank must call it at the same step; it gathers and merges all ranks'
+        progress, and every rank gets the same state.
+        """
+        local = self.local_state()
+        world = self._cfg["world_size"]
+        if world == 1:
+            return self.merge_states([local])
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError(
+                f"state_dict: this rank is one of {world}, but no torch.distributed group is initialised to "
+                "gather the others; call local_state() on every rank and merge_states(states)"
+            )
+        states: list[Any] = [None] * world
+        dist.all_gather_object(states, local)
+        return self.merge_states(states)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resumes from ``state_dict()``'s result (possibly saved by a job
+        with another number of ranks): build the pipeline again from
+        ``source``; its next epoch finishes the saved one with the samples
+        not yet consumed, shared over this job's ranks."""
+        if not isinstance(state, dict) or state.get("version") != 1 or "progress" not in state:
+            raise ValueError("load_state_dict: not a spdl_go.DataLoader or ResumableSource state (want the dict state_dict() returned)")
+        mine = {k: self._cfg[k] for k in _DATASET_KEYS}
+        for k, v in state["dataset"].items():
+            if mine.get(k) != v:
+                raise ValueError(f"load_state_dict: the state is for {k}={v!r}, this source has {k}={mine.get(k)!r}")
+        progress = dict(state["progress"])
+        self._resume = progress
+        self._progress, self._consumed, self._finished = progress, [], False
+        self._next_epoch = progress["epoch"]
+
+
+def _default_index(batch: Any) -> Any:
+    if isinstance(batch, dict):
+        if "__index__" not in batch:
+            raise KeyError("ResumableSource.track: the batch has no '__index__'; make the source with with_index=True or pass index=")
+        return batch["__index__"]
+    if isinstance(batch, (tuple, list)) and batch:
+        return batch[-1]
+    raise TypeError(f"ResumableSource.track: cannot find the indices in a {type(batch).__name__}; pass index=")
+
+
+def _ints(x: Any) -> list[int]:
+    if hasattr(x, "to_pyarrow"):
+        return [int(v) for v in x.to_pyarrow().to_pylist()]
+    if hasattr(x, "__dlpack__"):
+        import numpy as np
+
+        return np.from_dlpack(x).reshape(-1).tolist()
+    if isinstance(x, int):
+        return [x]
+    return [int(v) for v in x]
+
+
+def _sampler_call(req: dict[str, Any]) -> Any:
+    raw = json.dumps(req).encode()
+    out, err = ctypes.c_void_p(), ctypes.c_void_p()
+    if _lib.LIB.spdl_sampler_call(raw, len(raw), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
+        raise ValueError(_lib.take_string(err.value))
+    return json.loads(_lib.take_string(out.value))
+
+
+def _rank_state(s: dict[str, Any]) -> dict[str, Any]:
+    if s["finished"] or s["rank_state"] is None:
+        raise ValueError("merge_states: some ranks finished the epoch and others did not; save at the same step on every rank")
+    return s["rank_state"]
