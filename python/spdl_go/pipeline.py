@@ -334,6 +334,8 @@ class PipelineStats:
         for s in self.stages:
             if s.auto:
                 lines.append(f"  {s.name}: concurrency auto (max {s.max_concurrency}): {s.tuning}")
+            if s.op_stats:
+                lines.append(f"  {s.name}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(s.op_stats.items())))
         lines.append(f"  sink buffer {self.sink_len}/{self.sink_cap} (mean {self.sink_mean_occupancy:.0%} full)")
         b = self.bottleneck
         if b.stage:

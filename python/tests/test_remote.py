@@ -152,10 +152,12 @@ def test_cache_serves_later_epochs_and_restarts(nginx, tmp_path, level):
         nginx.stop()  # from here on, only the cache can answer
         second = sorted(bytes(b) for b in p)
         s2 = p.stats().stages[0].op_stats
+        text = p.stats().format()
     assert len(first) == 100 and second == first
     assert s1["cache_misses"] == 100 and s1["cache_memory_hits"] + s1["cache_disk_hits"] == 0
     hits = "cache_memory_hits" if level == "memory" else "cache_disk_hits"
     assert s2[hits] == 100 and s2["cache_misses"] == 100
+    assert f"{hits} 100" in text
     if level == "disk":
         assert s2["cache_disk_bytes"] == sum(map(len, first))
         # A new pipeline (a restarted job) finds the directory's entries.
