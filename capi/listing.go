@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/spdl-go/spdl-go/core/sources"
+	"github.com/spdl-go/spdl-go/core/storage"
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
@@ -16,10 +19,11 @@ import (
 //
 // files yields paths; image_folder yields (path, label) tuples.
 type listingSpec struct {
-	Kind       string   `json:"kind"`
-	Root       string   `json:"root"`
-	Extensions []string `json:"extensions"`
-	Recursive  bool     `json:"recursive"`
+	Kind       string      `json:"kind"`
+	Root       string      `json:"root"`
+	Extensions []string    `json:"extensions"`
+	Recursive  bool        `json:"recursive"`
+	Storage    storageSpec `json:"storage"` // for an s3:// root
 }
 
 type listing struct {
@@ -44,9 +48,28 @@ func (s listingSpec) key() string {
 }
 
 func (s listingSpec) list() (*listing, error) {
+	remote := storage.IsRemote(s.Root)
+	var client *storage.Client
+	if remote {
+		if !strings.HasPrefix(s.Root, "s3://") {
+			return nil, fmt.Errorf("listing: %s: only local and s3:// roots can be listed; give http(s) URLs as a list", s.Root)
+		}
+		var err error
+		if client, err = s.Storage.client(); err != nil {
+			return nil, err
+		}
+	}
+	ctx := context.Background()
 	switch s.Kind {
 	case "files":
-		paths, err := sources.ListFiles(sources.FileOptions{Root: s.Root, Extensions: s.Extensions, Recursive: s.Recursive})
+		o := sources.FileOptions{Root: s.Root, Extensions: s.Extensions, Recursive: s.Recursive}
+		var paths []string
+		var err error
+		if remote {
+			paths, err = sources.ListRemote(ctx, client, o)
+		} else {
+			paths, err = sources.ListFiles(o)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -56,7 +79,13 @@ func (s listingSpec) list() (*listing, error) {
 		}
 		return &listing{items: items}, nil
 	case "image_folder":
-		f, err := sources.ImageFolder(s.Root, s.Extensions)
+		var f *sources.Folder
+		var err error
+		if remote {
+			f, err = sources.ImageFolderRemote(ctx, client, s.Root, s.Extensions)
+		} else {
+			f, err = sources.ImageFolder(s.Root, s.Extensions)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -73,6 +73,7 @@ type sourceSpec struct {
 type storageSpec struct {
 	TimeoutS float64 `json:"timeout_s"`
 	Retries  *int    `json:"retries"`
+	CAFile   string  `json:"ca_file"`
 	S3       struct {
 		Endpoint     string `json:"endpoint"`
 		Region       string `json:"region"`
@@ -99,7 +100,8 @@ func (s storageSpec) client() (*storage.Client, error) {
 	}
 	o.S3 = storage.S3Options{Endpoint: s.S3.Endpoint, Region: s.S3.Region, AccessKey: s.S3.AccessKey,
 		SecretKey: s.S3.SecretKey, SessionToken: s.S3.SessionToken, VirtualHost: s.S3.VirtualHost}
-	return storage.New(o), nil
+	o.CAFile = s.CAFile
+	return storage.New(o)
 }
 
 type stageSpec struct {
@@ -150,7 +152,7 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 		}
 		cfg.Source = src
 	case "table":
-		paths, err := expandPaths(spec.Source.URLs)
+		paths, err := expandPaths(spec.Source.URLs, spec.Source.Storage)
 		if err != nil {
 			return cfg, fmt.Errorf("table: %w", err)
 		}
@@ -283,9 +285,9 @@ func samplerSource(s *sourceSpec) (pipeline.Source, error) {
 	return src, nil
 }
 
-// expandPaths expands brace patterns, then globs (sorted), keeping the
-// order of the patterns.
-func expandPaths(patterns []string) ([]string, error) {
+// expandPaths expands brace patterns, then globs (sorted; s3:// globs by
+// listing the bucket), keeping the order of the patterns.
+func expandPaths(patterns []string, st storageSpec) ([]string, error) {
 	var out []string
 	for _, p := range patterns {
 		names, err := sources.ExpandBraces(p)
@@ -293,13 +295,28 @@ func expandPaths(patterns []string) ([]string, error) {
 			return nil, err
 		}
 		for _, n := range names {
-			if storage.IsRemote(n) || !strings.ContainsAny(n, "*?[") {
+			if !strings.ContainsAny(n, "*?[") {
 				out = append(out, n)
 				continue
 			}
-			matched, err := sources.ListFiles(sources.FileOptions{Root: n})
-			if err != nil {
-				return nil, err
+			var matched []string
+			switch {
+			case strings.HasPrefix(n, "s3://"):
+				client, err := st.client()
+				if err != nil {
+					return nil, err
+				}
+				matched, err = sources.ListRemote(context.Background(), client, sources.FileOptions{Root: n})
+				if err != nil {
+					return nil, err
+				}
+			case storage.IsRemote(n):
+				return nil, fmt.Errorf("%s: http(s) URLs cannot be globbed; list them, or use brace patterns", n)
+			default:
+				matched, err = sources.ListFiles(sources.FileOptions{Root: n})
+				if err != nil {
+					return nil, err
+				}
 			}
 			out = append(out, matched...)
 		}
@@ -310,7 +327,7 @@ func expandPaths(patterns []string) ([]string, error) {
 // webdatasetSource builds a tar shard source; each URL is a path or a
 // brace pattern.
 func webdatasetSource(s *sourceSpec) (pipeline.Source, error) {
-	shards, err := expandPaths(s.URLs)
+	shards, err := expandPaths(s.URLs, s.Storage)
 	if err != nil {
 		return nil, fmt.Errorf("webdataset: %w", err)
 	}

@@ -61,7 +61,11 @@ func newReadFile(m map[string]any) (Op, error) {
 	if err := o.Done(); err != nil {
 		return nil, err
 	}
-	op := readFile{field: f, client: storage.New(so)}
+	client, err := storage.New(so)
+	if err != nil {
+		return nil, err
+	}
+	op := readFile{field: f, client: client}
 	if co.MemoryBytes != 0 || co.Dir != "" {
 		if op.cache, err = storage.NewCache(co); err != nil {
 			return nil, err

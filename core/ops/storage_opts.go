@@ -10,7 +10,7 @@ import (
 
 // storageOptions reads the options of ops that read remote objects:
 // timeout_s (seconds an attempt may wait for headers or for more data),
-// retries, and s3, a dict of endpoint, region, access_key, secret_key,
+// retries, ca_file (a PEM bundle to trust for https://), and s3, a dict of endpoint, region, access_key, secret_key,
 // session_token and virtual_host (Python fills it from the AWS_*
 // variables; Go sees only the environment the process started with).
 func storageOptions(o *Options) (storage.Options, error) {
@@ -33,6 +33,9 @@ func storageOptions(o *Options) (storage.Options, error) {
 	so.Retries = int(retries)
 	if retries == 0 {
 		so.Retries = -1
+	}
+	if so.CAFile, err = o.String("ca_file", ""); err != nil {
+		return so, err
 	}
 	if v, ok := o.Get("s3"); ok {
 		var m map[string]any

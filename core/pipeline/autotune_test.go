@@ -70,9 +70,12 @@ func TestAutoConcurrency(t *testing.T) {
 	auto := func(op pipeline.Op, start, maxC int) pipeline.StageConfig {
 		return pipeline.StageConfig{Name: "auto", Kind: pipeline.KindPipe, Op: op, AutoConcurrency: true, Concurrency: start, MaxConcurrency: maxC, MaxFailures: -1}
 	}
-	one := func(start int, serial bool) func() ([]pipeline.StageConfig, []*napOp) {
+	// nap is the op's time per item; 3 ms is long enough that a loaded
+	// machine's timer and scheduling delays do not make 8 workers look no
+	// faster than 3.
+	one := func(start int, serial bool, nap time.Duration) func() ([]pipeline.StageConfig, []*napOp) {
 		return func() ([]pipeline.StageConfig, []*napOp) {
-			op := &napOp{d: time.Millisecond}
+			op := &napOp{d: nap}
 			if serial {
 				// Long enough that the engine's own work per item, which
 				// a second worker overlaps, is well under the 5% a probe
@@ -94,20 +97,20 @@ func TestAutoConcurrency(t *testing.T) {
 		slowConsumer            time.Duration
 	}{
 		{
-			name: "parallel op stays at its budget share", items: 3000, stages: one(0, false),
+			name: "parallel op stays at its budget share", items: 2000, stages: one(0, false, 3*time.Millisecond),
 			budget: 8, minEnd: []int{5}, maxEnd: []int{8}, maxSeen: []int{8}, maxSum: 8,
 		},
 		{
-			name: "parallel op grows from 1 towards its ceiling", items: 4000, stages: one(1, false),
+			name: "parallel op grows from 1 towards its ceiling", items: 2500, stages: one(1, false, 3*time.Millisecond),
 			budget: 8, minEnd: []int{4}, maxEnd: []int{8}, maxSeen: []int{8}, maxSum: 8,
 		},
 		{
-			name: "serial op does not grow where threads do not help", items: 400, stages: one(1, true),
+			name: "serial op does not grow where threads do not help", items: 400, stages: one(1, true, 0),
 			budget: 8, minEnd: []int{1}, maxEnd: []int{2}, maxSeen: []int{3}, maxSum: 3,
 		},
 		{
 			// Its workers idle most of the time: it sheds them.
-			name: "a slow consumer holds the stage back", items: 600, stages: one(4, false),
+			name: "a slow consumer holds the stage back", items: 600, stages: one(4, false, time.Millisecond),
 			budget: 8, minEnd: []int{1}, maxEnd: []int{2}, maxSeen: []int{5}, maxSum: 5,
 			slowConsumer: 2 * time.Millisecond,
 		},

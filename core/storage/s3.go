@@ -69,13 +69,21 @@ func splitS3(name string) (bucket, key string, err error) {
 	return bucket, key, nil
 }
 
-// objectURL maps s3://bucket/key to the HTTP URL of the object.
+// objectURL maps s3://bucket/key to the HTTP URL of the object, and
+// s3://bucket/?query to the bucket's URL (for listing).
 func (o S3Options) objectURL(name string) (string, error) {
+	query := ""
+	if b, q, ok := strings.Cut(name, "/?"); ok {
+		name, query = b+"/", "?"+q
+	}
 	bucket, key, err := splitS3(name)
-	if err != nil {
+	if err != nil && query == "" {
 		return "", err
 	}
-	path := "/" + uriEncode(key, false)
+	if query != "" {
+		bucket, key = strings.TrimSuffix(strings.TrimPrefix(name, "s3://"), "/"), ""
+	}
+	path := "/" + uriEncode(key, false) + query
 	if o.Endpoint == "" {
 		return fmt.Sprintf("https://%s.s3.%s.amazonaws.com%s", bucket, o.region(), path), nil
 	}

@@ -3,7 +3,9 @@ package storage_test
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -43,7 +45,7 @@ func servedDir(t *testing.T) (string, map[string][]byte) {
 func TestReadsFromNginx(t *testing.T) {
 	dir, files := servedDir(t)
 	srv := storagetest.StartNginx(t, dir, 4096)
-	c := storage.New(storage.Options{Timeout: 5 * time.Second})
+	c := mustClient(t, storage.Options{Timeout: 5 * time.Second})
 	ctx := context.Background()
 	for name, want := range files {
 		for _, url := range []string{srv.URL + "/" + name, filepath.Join(dir, name), "file://" + filepath.Join(dir, name)} {
@@ -82,7 +84,7 @@ func TestReadsFromNginx(t *testing.T) {
 func TestNginxErrorsNameTheURL(t *testing.T) {
 	dir, _ := servedDir(t)
 	srv := storagetest.StartNginx(t, dir, 4096)
-	c := storage.New(storage.Options{Timeout: 2 * time.Second, Backoff: 10 * time.Millisecond})
+	c := mustClient(t, storage.Options{Timeout: 2 * time.Second, Backoff: 10 * time.Millisecond})
 	url := srv.URL + "/missing.jpg"
 	_, err := c.ReadAll(context.Background(), url)
 	var se *storage.Error
@@ -110,7 +112,7 @@ func TestNginxErrorsNameTheURL(t *testing.T) {
 func TestSlowResponsesFinish(t *testing.T) {
 	dir, files := servedDir(t)
 	srv := storagetest.StartNginx(t, dir, 256)
-	c := storage.New(storage.Options{Timeout: 500 * time.Millisecond, Retries: -1})
+	c := mustClient(t, storage.Options{Timeout: 500 * time.Millisecond, Retries: -1})
 	start := time.Now()
 	got, err := c.ReadAll(context.Background(), srv.URL+"/slow/sub/b.bin")
 	if err != nil || !bytes.Equal(got, files["sub/b.bin"]) {
@@ -162,7 +164,7 @@ func TestRetries(t *testing.T) {
 		behaviours[strings.TrimPrefix(r.URL.Path, "/")](w, r, calls.Add(1))
 	}))
 	defer srv.Close()
-	c := storage.New(storage.Options{Timeout: 300 * time.Millisecond, Retries: 3, Backoff: 5 * time.Millisecond})
+	c := mustClient(t, storage.Options{Timeout: 300 * time.Millisecond, Retries: 3, Backoff: 5 * time.Millisecond})
 	cases := []struct {
 		path    string
 		ranged  bool
@@ -211,9 +213,14 @@ func TestReadsFromS3(t *testing.T) {
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		os.WriteFile(p, b, 0o644)
 	}
+	for i := range 1100 { // more than a ListObjectsV2 page
+		p := filepath.Join(root, "bucket", "many", fmt.Sprintf("%04d.txt", i))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte("x"), 0o644)
+	}
 	srv := storagetest.StartS3(t, root)
 	s3 := storage.S3Options{Endpoint: srv.Endpoint, Region: srv.Region, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
-	c := storage.New(storage.Options{S3: s3, Timeout: 5 * time.Second, Backoff: 10 * time.Millisecond})
+	c := mustClient(t, storage.Options{S3: s3, Timeout: 5 * time.Second, Backoff: 10 * time.Millisecond})
 	ctx := context.Background()
 	for name, want := range files {
 		got, err := c.ReadAll(ctx, "s3://bucket/"+name)
@@ -235,14 +242,59 @@ func TestReadsFromS3(t *testing.T) {
 	if err == nil || !errors.Is(err, storage.ErrNotFound) || !strings.HasPrefix(err.Error(), "s3://bucket/nope.bin: HTTP 404") {
 		t.Errorf("missing key: %v", err)
 	}
-	bad := storage.New(storage.Options{S3: storage.S3Options{Endpoint: srv.Endpoint, AccessKey: srv.AccessKey, SecretKey: "wrong"}})
+	objs, err := c.List(ctx, "s3://bucket/many/")
+	if err != nil || len(objs) != 1100 || objs[0].Name != "s3://bucket/many/0000.txt" || objs[1099].Size != 1 {
+		t.Errorf("List(many/): %d objects, %v", len(objs), err)
+	}
+	objs, err = c.List(ctx, "s3://bucket/dir/with")
+	if err != nil || len(objs) != 1 || objs[0].Name != "s3://bucket/dir/with space+plus=eq.bin" {
+		t.Errorf("List(dir/with): %v, %v", objs, err)
+	}
+	if _, err := c.List(ctx, "s3://nobucket/x"); err == nil || !strings.Contains(err.Error(), "s3://nobucket/x: HTTP 404") {
+		t.Errorf("List of a missing bucket: %v", err)
+	}
+	bad := mustClient(t, storage.Options{S3: storage.S3Options{Endpoint: srv.Endpoint, AccessKey: srv.AccessKey, SecretKey: "wrong"}})
 	_, err = bad.ReadAll(ctx, "s3://bucket/a.bin")
 	var se *storage.Error
 	if !errors.As(err, &se) || se.Status != 403 || se.Attempts != 1 {
 		t.Errorf("wrong secret: %v", err)
 	}
-	anon := storage.New(storage.Options{S3: storage.S3Options{Endpoint: srv.Endpoint}})
+	anon := mustClient(t, storage.Options{S3: storage.S3Options{Endpoint: srv.Endpoint}})
 	if _, err := anon.ReadAll(ctx, "s3://bucket/a.bin"); err == nil || !strings.Contains(err.Error(), "HTTP 403") {
 		t.Errorf("anonymous read of a private bucket: %v", err)
+	}
+}
+
+func mustClient(t *testing.T, o storage.Options) *storage.Client {
+	t.Helper()
+	c, err := storage.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// HTTPS with the server's certificate trusted through CAFile; without it,
+// the error names the URL and the certificate problem.
+func TestHTTPSWithCAFile(t *testing.T) {
+	payload := blob(5000)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(payload) }))
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	cert := srv.Certificate()
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL + "/obj"
+	got, err := mustClient(t, storage.Options{CAFile: ca}).ReadAll(context.Background(), url)
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("with the CA: %d bytes, %v", len(got), err)
+	}
+	_, err = mustClient(t, storage.Options{Retries: -1}).ReadAll(context.Background(), url)
+	if err == nil || !strings.HasPrefix(err.Error(), url) || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("without the CA: %v", err)
+	}
+	if _, err := storage.New(storage.Options{CAFile: filepath.Join(t.TempDir(), "none.pem")}); err == nil || !strings.Contains(err.Error(), "CA bundle") {
+		t.Errorf("missing CA file: %v", err)
 	}
 }

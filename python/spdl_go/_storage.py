@@ -29,9 +29,13 @@ def s3_from_env() -> dict[str, Any]:
     }
 
 
-def storage_options(timeout: float | None, retries: int | None, s3: dict[str, Any] | None, who: str) -> dict[str, Any]:
-    """The ``timeout_s``/``retries``/``s3`` options of a reader."""
+def storage_options(
+    timeout: float | None, retries: int | None, s3: dict[str, Any] | None, who: str, ca_file: str | None = None
+) -> dict[str, Any]:
+    """The ``timeout_s``/``retries``/``ca_file``/``s3`` options of a reader."""
     out: dict[str, Any] = {}
+    if ca_file is not None:
+        out["ca_file"] = os.fspath(ca_file)
     if timeout is not None:
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
             raise ValueError(f"{who}: timeout must be seconds > 0, got {timeout!r}")

@@ -268,6 +268,7 @@ def read_file(
     timeout: float | None = None,
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
+    ca_file: str | None = None,
     cache_memory_bytes: int = 0,
     cache_dir: str | None = None,
     cache_disk_bytes: int = 0,
@@ -289,6 +290,8 @@ def read_file(
         s3: S3 settings overriding the ``AWS_*`` environment variables:
             endpoint (e.g. "http://127.0.0.1:9000"), region, access_key,
             secret_key, session_token, virtual_host.
+        ca_file: A PEM bundle of certificate authorities to trust for
+            ``https://`` (default: the system's).
         cache_memory_bytes: Keep up to this many bytes of recently read
             objects in memory (an LRU), for datasets that fit.
         cache_dir, cache_disk_bytes: Keep remote objects in this directory,
@@ -315,7 +318,7 @@ def read_file(
     elif cache_disk_bytes:
         raise ValueError("read_file: cache_disk_bytes needs cache_dir")
     return NativeOp(
-        "read_file", {**_media_opts(key, output_key), **storage_options(timeout, retries, s3, "read_file"), **cache}
+        "read_file", {**_media_opts(key, output_key), **storage_options(timeout, retries, s3, "read_file", ca_file), **cache}
     )
 
 

@@ -209,6 +209,9 @@ def files(
     world_size: int | None = None,
     epoch: int = 0,
     with_index: bool = False,
+    s3: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
 ) -> ListedSource:
     """The files under a directory, or matching a glob, as paths.
 
@@ -223,6 +226,8 @@ def files(
         extensions: Keep only these (``".jpg"`` or ``"jpg"``, any case).
         recursive: Descend into subdirectories of a directory ``root``.
         with_index: Yield ``(path, index)`` for ``ResumableSource``.
+        s3, timeout, retries: For an ``s3://bucket/prefix`` root or pattern,
+            which is listed with ListObjectsV2 (see ``ops.read_file``).
 
     Raises:
         ValueError: ``root`` does not exist or cannot be read, or nothing
@@ -232,7 +237,10 @@ def files(
         >>> src = sources.files("/data/train", extensions=[".jpg"], shuffle=True)
         >>> b = PipelineBuilder().add_source(src).pipe(ops.read_file()).pipe(ops.decode_image(size=224))
     """
-    listing = {"kind": "files", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": bool(recursive)}
+    from ._storage import storage_options
+
+    listing = {"kind": "files", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": bool(recursive),
+               "storage": storage_options(timeout, retries, s3, "files")}
     return _listed("files", listing, shuffle, seed, drop_last, rank, world_size, epoch, with_index)
 
 
@@ -247,6 +255,9 @@ def image_folder(
     world_size: int | None = None,
     epoch: int = 0,
     with_index: bool = False,
+    s3: dict[str, Any] | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
 ) -> ListedSource:
     """An ImageNet-style folder, ``root/<class>/**/<file>``, as
     ``(path, label)`` tuples.
@@ -256,7 +267,9 @@ def image_folder(
     ``classes`` lists them. Sampling, sharding and resume work as in
     ``sampler``. A class with no matching file is an error, since it would
     shift every later label. ``with_index=True`` yields ``(path, label,
-    index)`` for ``ResumableSource``.
+    index)`` for ``ResumableSource``. An ``s3://bucket/prefix`` root is
+    listed with ListObjectsV2 (``s3=`` as in ``ops.read_file``); there,
+    classes are the first "directory" level that holds objects.
 
     Example:
         >>> src = sources.image_folder("/data/imagenet/train", shuffle=True, seed=0)
@@ -265,7 +278,10 @@ def image_folder(
         >>> b = (PipelineBuilder().add_source(src)
         ...      .pipe(ops.read_file()).pipe(ops.decode_image(size=224), concurrency=8))
     """
-    listing = {"kind": "image_folder", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": True}
+    from ._storage import storage_options
+
+    listing = {"kind": "image_folder", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": True,
+               "storage": storage_options(timeout, retries, s3, "image_folder")}
     return _listed("image_folder", listing, shuffle, seed, drop_last, rank, world_size, epoch, with_index)
 
 

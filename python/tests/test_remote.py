@@ -172,3 +172,20 @@ def test_cache_options_are_checked():
         ops.read_file(cache_dir="/tmp/x")
     with pytest.raises(ValueError, match="cache_memory_bytes must be an int >= 0"):
         ops.read_file(cache_memory_bytes=-1)
+
+
+def test_listing_s3_prefixes_and_globs(s3, data):
+    cfg = s3.settings()
+    src = sources.files("s3://bucket/img", extensions=".jpg", s3=cfg)
+    assert len(src) == 200
+    keys = _run(spdl_go.PipelineBuilder().add_source(src))[0]
+    assert keys[:2] == ["s3://bucket/img/0000.jpg", "s3://bucket/img/0001.jpg"]
+    assert len(sources.files("s3://bucket/img/00[0-4]*.jpg", s3=cfg)) == 50
+    # Shards and tables by glob.
+    out, st = _run(spdl_go.PipelineBuilder().add_source(sources.webdataset("s3://bucket/shard-*.tar", s3=cfg)))
+    assert len(out) == 10, st.recent_errors
+    # image_folder: classes are the first level of "directories" (here: img).
+    folder = sources.image_folder("s3://bucket/", s3=cfg)
+    assert folder.classes == ("img",) and len(folder) == 200
+    with pytest.raises(ValueError, match="no objects under s3://bucket/nothing"):
+        sources.files("s3://bucket/nothing", s3=cfg)
