@@ -123,3 +123,7 @@ func (op readFile) OpStats() map[string]int64 {
 		"cache_memory_bytes": s.MemoryBytes, "cache_disk_bytes": s.DiskBytes, "cache_evictions": s.Evictions,
 	}
 }
+
+// WaitsOnIO exempts read_file from the pipeline's thread cap
+// (pipeline.IOBound): its calls wait on disks and servers, not the CPU.
+func (readFile) WaitsOnIO() bool { return true }

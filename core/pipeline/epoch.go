@@ -416,7 +416,11 @@ func (e *closeError) Unwrap() error { return e.err }
 // true when the call was abandoned after a timeout, and the worker must
 // return without touching anything (see timeout.go).
 func (ep *epoch) call(s *stageInfo, c *stageCounters, sl *slot, v any, is *inner, seq uint64) (out any, ok bool, fatal error, lost bool) {
-	if ep.tokens != nil && !send(ep.tokens, struct{}{}, ep.done) {
+	tokens := ep.tokens
+	if s.ioBound {
+		tokens = nil
+	}
+	if tokens != nil && !send(tokens, struct{}{}, ep.done) {
 		release(v) // never handed to the op: still ours
 		return nil, false, nil, false
 	}
@@ -437,8 +441,8 @@ func (ep *epoch) call(s *stageInfo, c *stageCounters, sl *slot, v any, is *inner
 		tr.add(sl, t0, d, err != nil)
 	}
 	sl.active.Add(-1)
-	if ep.tokens != nil {
-		<-ep.tokens
+	if tokens != nil {
+		<-tokens
 	}
 	if err == nil {
 		return out, true, nil, false

@@ -33,6 +33,14 @@ type OpStatsReporter interface {
 	OpStats() map[string]int64
 }
 
+// IOBound is implemented by ops that spend their calls waiting on I/O
+// (network reads): their calls do not take Config.NumThreads tokens,
+// which bound CPU work, so that a read stage at concurrency 256 keeps 256
+// requests in flight whatever the cap.
+type IOBound interface {
+	WaitsOnIO() bool
+}
+
 // ThreadBound is implemented by an Op or Iterator that keeps state tied to
 // an OS thread, such as a Python thread state: the engine calls
 // AttachThread on each goroutine that will call it, before the first call,
@@ -179,6 +187,7 @@ type Pipeline struct {
 type stageInfo struct {
 	StageConfig        // normalized; Concurrency is the worker count (MaxConcurrency for an auto stage)
 	where       string // "pipe 1", for error messages
+	ioBound     bool   // Op is IOBound: its calls take no NumThreads token
 	tuner       *tuner // AutoConcurrency stages only
 }
 
@@ -285,6 +294,9 @@ func New(cfg Config) (*Pipeline, error) {
 		taken[name] = true
 		sc.Name = name
 		p.stages[i] = stageInfo{StageConfig: sc, where: fmt.Sprintf("%s %d", sc.Kind, i)}
+		if io, ok := sc.Op.(IOBound); ok && io.WaitsOnIO() {
+			p.stages[i].ioBound = true
+		}
 		if sc.AutoConcurrency {
 			p.stages[i].tuner = &tuner{max: sc.MaxConcurrency, limit: sc.Concurrency, status: "not started"}
 			p.stages[i].Concurrency = sc.MaxConcurrency

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1025,5 +1026,40 @@ func TestSourceItemFailures(t *testing.T) {
 				t.Errorf("recent errors %q", st.RecentErrors)
 			}
 		})
+	}
+}
+
+// ioOp counts how many of its calls run at once.
+type ioOp struct {
+	io       bool
+	cur, max atomic.Int64
+}
+
+func (o *ioOp) Process(ctx context.Context, in any) (any, error) {
+	n := o.cur.Add(1)
+	for m := o.max.Load(); n > m && !o.max.CompareAndSwap(m, n); m = o.max.Load() {
+	}
+	time.Sleep(10 * time.Millisecond)
+	o.cur.Add(-1)
+	return in, nil
+}
+
+func (o *ioOp) WaitsOnIO() bool { return o.io }
+
+// The NumThreads cap bounds CPU ops, not ops that wait on I/O.
+func TestIOBoundOpsSkipTheThreadCap(t *testing.T) {
+	for _, io := range []bool{false, true} {
+		op := &ioOp{io: io}
+		out, err, _ := runAll(t, pipeline.Config{
+			Source:     pipeline.Range(0, 64, 1),
+			Stages:     []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: op, Concurrency: 16}},
+			BufferSize: 64, NumThreads: 2,
+		})
+		if err != nil || len(out) != 64 {
+			t.Fatalf("io=%v: %d items, %v", io, len(out), err)
+		}
+		if m := op.max.Load(); io && m <= 2 || !io && m > 2 {
+			t.Errorf("io=%v: %d calls at once under NumThreads 2", io, m)
+		}
 	}
 }

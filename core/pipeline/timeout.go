@@ -163,7 +163,7 @@ func (ep *epoch) supervise(s *stageInfo, c *stageCounters, sl *slot, r *reorder,
 func (ep *epoch) settleLost(s *stageInfo, c *stageCounters, sl *slot, r *reorder, out chan<- any, tc *timedCall) error {
 	c.abandoned.Add(1)
 	sl.active.Add(-1)
-	if ep.tokens != nil {
+	if ep.tokens != nil && !s.ioBound {
 		<-ep.tokens
 	}
 	var fatal error

@@ -279,7 +279,8 @@ def read_file(
     URLs. Remote reads retry with backoff on server errors (5xx, 429),
     resets and stalls; errors name the URL and the HTTP status. A waiting
     request costs a goroutine, not a thread, so give the stage a high
-    concurrency (64 or more) to keep many requests in flight.
+    concurrency (64 or more) to keep many requests in flight; its calls do
+    not count against ``build(num_threads=...)``, which bounds CPU work.
 
     Args:
         key, output_key: Which field holds the name (default "path"), and
