@@ -304,7 +304,7 @@ func (c *Client) attempt(ctx context.Context, name, method string, off, n int64,
 	case off >= 0 && resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
 		return resp.StatusCode, statusError{fmt.Sprintf("range %d-%d is past the object's end", off, off+n-1)}
 	case off >= 0 && resp.StatusCode == http.StatusOK:
-		return resp.StatusCode, statusError{"the server ignored the Range header (it must answer 206 for range reads)"}
+		return resp.StatusCode, ErrNoRanges
 	case resp.StatusCode/100 != 2:
 		return resp.StatusCode, statusError{serverMessage(resp)}
 	}
@@ -335,6 +335,10 @@ func serverMessage(resp *http.Response) string {
 }
 
 var errStalled = errors.New("the server stalled")
+
+// ErrNoRanges is the error of a range read that the server answered with
+// the whole object (200 instead of 206).
+var ErrNoRanges = errors.New("the server ignored the Range header (it must answer 206 for range reads)")
 
 func retryable(status int, err error) bool {
 	if status >= 500 || status == http.StatusTooManyRequests || status == http.StatusRequestTimeout {
@@ -397,39 +401,114 @@ func (s *stallReader) stop() {
 	}
 }
 
-// Open streams the object from its start. For a remote object, a read
-// that fails midway (a reset, a stall, a 5xx on reconnecting) resumes
-// with a range request from where it stopped, within the retry budget.
+// Open streams the object from its start. For a remote object it reads
+// 8 MiB range requests, so that a failure midway (a reset, a stall, a 5xx)
+// costs one retried chunk. A server that answers no HEAD (403, 405, 501)
+// or ignores ranges is read with one plain GET instead, which a failure
+// midway ends.
 func (c *Client) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	if !IsRemote(name) {
 		return os.Open(localPath(name))
 	}
 	size, err := c.Size(ctx, name)
+	var se *Error
+	if errors.As(err, &se) && (se.Status == http.StatusForbidden || se.Status == http.StatusMethodNotAllowed || se.Status == http.StatusNotImplemented) {
+		return c.openGET(ctx, name)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &rangeStream{c: c, ctx: ctx, name: name, size: size}, nil
 }
 
+// openGET starts a plain GET and returns its body; the retries cover
+// getting the response, not the body.
+func (c *Client) openGET(ctx context.Context, name string) (io.ReadCloser, error) {
+	var body io.ReadCloser
+	err := c.retry(ctx, name, func() (int, error) {
+		actx, cancel := context.WithCancel(ctx)
+		req, err := c.request(actx, name, "GET")
+		if err == nil {
+			err = c.sign(req)
+		}
+		if err != nil {
+			cancel()
+			return 0, err
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			cancel()
+			return 0, unwrapURLError(err)
+		}
+		if resp.StatusCode/100 != 2 {
+			msg := serverMessage(resp)
+			resp.Body.Close()
+			cancel()
+			if resp.StatusCode == http.StatusNotFound {
+				return resp.StatusCode, ErrNotFound
+			}
+			return resp.StatusCode, statusError{msg}
+		}
+		body = &getBody{stallReader: stallReader{r: resp.Body, timeout: c.o.Timeout, cancel: cancel}, body: resp.Body, name: name}
+		return resp.StatusCode, nil
+	})
+	return body, err
+}
+
+// getBody is a streamed response body whose reads each get the timeout.
+type getBody struct {
+	stallReader
+	body io.Closer
+	name string
+}
+
+func (g *getBody) Read(p []byte) (int, error) {
+	n, err := g.stallReader.Read(p)
+	if err != nil && err != io.EOF {
+		if g.stalled.Load() {
+			err = fmt.Errorf("no data for %v: %w", g.timeout, errStalled)
+		}
+		err = &Error{URL: g.name, Err: err}
+	}
+	return n, err
+}
+
+func (g *getBody) Close() error {
+	g.stop()
+	err := g.body.Close()
+	g.cancel()
+	return err
+}
+
 // rangeStream reads an object in chunks of range requests, so that a
 // failure costs one chunk.
 type rangeStream struct {
-	c    *Client
-	ctx  context.Context
-	name string
-	size int64
-	off  int64
-	buf  []byte
+	c     *Client
+	ctx   context.Context
+	name  string
+	size  int64
+	off   int64
+	buf   []byte
+	plain io.ReadCloser // the server ignores ranges: one GET
 }
 
 const streamChunk = 8 << 20
 
 func (s *rangeStream) Read(p []byte) (int, error) {
+	if s.plain != nil {
+		return s.plain.Read(p)
+	}
 	if len(s.buf) == 0 {
 		if s.off >= s.size {
 			return 0, io.EOF
 		}
 		b, err := s.c.ReadRange(s.ctx, s.name, s.off, min(streamChunk, s.size-s.off))
+		if errors.Is(err, ErrNoRanges) && s.off == 0 {
+			if s.plain, err = s.c.openGET(s.ctx, s.name); err != nil {
+				return 0, err
+			}
+			return s.plain.Read(p)
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -443,7 +522,13 @@ func (s *rangeStream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (s *rangeStream) Close() error { s.buf = nil; return nil }
+func (s *rangeStream) Close() error {
+	s.buf = nil
+	if s.plain != nil {
+		return s.plain.Close()
+	}
+	return nil
+}
 
 // File is an object opened for random access: Parquet and Arrow IPC
 // readers take it. Remote reads are range requests.

@@ -298,3 +298,34 @@ func TestHTTPSWithCAFile(t *testing.T) {
 		t.Errorf("missing CA file: %v", err)
 	}
 }
+
+// Servers without HEAD or without ranges are streamed with one GET.
+func TestOpenFallsBackToOneGET(t *testing.T) {
+	payload := blob(300000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/nohead" && r.Method == "HEAD":
+			http.Error(w, "no", http.StatusMethodNotAllowed)
+		case r.URL.Path == "/noranges":
+			w.Header().Set("Content-Length", fmt.Sprint(len(payload)))
+			if r.Method == "GET" {
+				w.Write(payload) // a 200 with the whole object, whatever the Range
+			}
+		default:
+			http.ServeContent(w, r, "x", time.Time{}, bytes.NewReader(payload))
+		}
+	}))
+	defer srv.Close()
+	c := mustClient(t, storage.Options{Timeout: 2 * time.Second})
+	for _, path := range []string{"/nohead", "/noranges", "/normal"} {
+		r, err := c.Open(context.Background(), srv.URL+path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, payload) {
+			t.Errorf("%s: %d bytes, %v", path, len(got), err)
+		}
+	}
+}
