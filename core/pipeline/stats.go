@@ -141,13 +141,17 @@ const (
 	full      = 0.5
 	empty     = 0.5
 	saturated = 0.8
+	// backlog: a queue this full on average still has items waiting most
+	// of the time a stage looks (queues are short: 2 by default).
+	backlog = 0.25
 )
 
 // Bottleneck reads the queue occupancies and busy fractions and names the
 // stage that limits throughput. A full sink buffer means the consumer
 // (the loop calling Next) is slowest. Otherwise the limiting stage is the
-// one whose input queue is mostly full and output queue mostly empty;
-// if every queue is mostly empty, the source is.
+// one whose input queue is mostly full and output queue mostly empty (or,
+// failing that, the one with the largest backlog before it); if every
+// queue is nearly empty, the source is.
 //
 // Stats also carries the report in its JSON, as "bottleneck".
 func (s Stats) Bottleneck() Report {
@@ -161,23 +165,35 @@ func (s Stats) Bottleneck() Report {
 			Advice: "the pipeline is faster than the code calling Next (the training loop); speeding up the pipeline will not help",
 		}
 	}
-	in := s.Source.QueueMeanOccupancy
-	best, bestGap := -1, 0.0
-	for i, st := range s.Stages {
-		out := st.QueueMeanOccupancy
-		if i == len(s.Stages)-1 {
-			out = s.Sink.MeanOccupancy
+	// pick finds the stage with the largest drop in occupancy across it,
+	// among those whose input holds at least minIn. A lighter backlog
+	// counts only before pipe stages: an aggregate's input looks busy
+	// just after its many senders' sends, before its goroutine runs.
+	pick := func(minIn float64) int {
+		in := s.Source.QueueMeanOccupancy
+		best, bestGap := -1, 0.0
+		for i, st := range s.Stages {
+			out := st.QueueMeanOccupancy
+			if i == len(s.Stages)-1 {
+				out = s.Sink.MeanOccupancy
+			}
+			eligible := in >= full || (in >= minIn && st.Kind == KindPipe.String())
+			if eligible && out < empty && in-out > bestGap {
+				best, bestGap = i, in-out
+			}
+			in = st.QueueMeanOccupancy
 		}
-		if in >= full && out < empty && in-out > bestGap {
-			best, bestGap = i, in-out
-		}
-		in = st.QueueMeanOccupancy
+		return best
+	}
+	best := pick(full)
+	if best < 0 {
+		best = pick(backlog)
 	}
 	if best >= 0 {
 		st := s.Stages[best]
 		r := Report{
 			Stage:  st.Name,
-			Reason: fmt.Sprintf("its input queue is mostly full and its output mostly empty; its %d worker(s) are busy %.0f%% of the time", st.Concurrency, st.BusyFraction*100),
+			Reason: fmt.Sprintf("items wait before it (its input queue is %.0f%% full on average) and not after it; its %d worker(s) are busy %.0f%% of the time", inputOccupancy(s, best)*100, st.Concurrency, st.BusyFraction*100),
 		}
 		switch {
 		case st.Kind != KindPipe.String():
@@ -193,7 +209,7 @@ func (s Stats) Bottleneck() Report {
 		}
 		return r
 	}
-	if s.Source.QueueMeanOccupancy < empty {
+	if s.Source.QueueMeanOccupancy < backlog {
 		return Report{
 			Stage:  "source",
 			Reason: fmt.Sprintf("the source's output queue is %.0f%% full on average and every later queue is mostly empty", s.Source.QueueMeanOccupancy*100),
@@ -201,6 +217,13 @@ func (s Stats) Bottleneck() Report {
 		}
 	}
 	return Report{Reason: "no single stage stands out"}
+}
+
+func inputOccupancy(s Stats, i int) float64 {
+	if i == 0 {
+		return s.Source.QueueMeanOccupancy
+	}
+	return s.Stages[i-1].QueueMeanOccupancy
 }
 
 // MarshalJSON writes the fields of s and its Bottleneck report.

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -130,5 +131,38 @@ func TestBottleneck(t *testing.T) {
 				t.Errorf("JSON lacks the bottleneck: %s", b)
 			}
 		})
+	}
+}
+
+// The report from occupancies alone: short queues that hold items a
+// quarter of the time already show where items wait.
+func TestBottleneckFromOccupancies(t *testing.T) {
+	type stage struct {
+		kind string
+		out  float64 // the stage's output queue occupancy
+	}
+	pipe := func(out float64) stage { return stage{"pipe", out} }
+	stats := func(src float64, stages ...stage) pipeline.Stats {
+		s := pipeline.Stats{Source: pipeline.StageStats{Name: "source", QueueMeanOccupancy: src}, Sink: pipeline.SinkStats{Delivered: 10}}
+		for i, st := range stages {
+			s.Stages = append(s.Stages, pipeline.StageStats{Name: fmt.Sprintf("s%d", i), Kind: st.kind, Concurrency: 4, QueueMeanOccupancy: st.out})
+		}
+		return s
+	}
+	agg := stage{"aggregate", 0}
+	for _, c := range []struct {
+		name string
+		s    pipeline.Stats
+		want string
+	}{
+		{"a full queue before a stage", stats(0.9, pipe(0.1), pipe(0)), "s0"},
+		{"a backlog before a stage (the demo: load behind a sampler)", stats(0.41, pipe(0.33), agg, pipe(0)), "s0"},
+		{"an aggregate's busy-looking input is not a backlog", stats(0.1, pipe(0.33), agg), "source"},
+		{"the largest backlog wins", stats(0.3, pipe(0.45), pipe(0.05)), "s1"},
+		{"every queue nearly empty: the source", stats(0.1, pipe(0.05), pipe(0)), "source"},
+	} {
+		if got := c.s.Bottleneck().Stage; got != c.want {
+			t.Errorf("%s: bottleneck %q, want %q (%+v)", c.name, got, c.want, c.s.Bottleneck())
+		}
 	}
 }
