@@ -67,6 +67,8 @@ type sourceSpec struct {
 	BatchRows int64    `json:"batch_rows"`
 	// webdataset and table: how remote shards and files are read
 	Storage storageSpec `json:"storage"`
+	// webdataset and table: a resumed first epoch (with_index gives the ids)
+	StreamResume *sources.StreamResume `json:"stream_resume"`
 }
 
 // storageSpec is how Python describes remote reads (see core/storage).
@@ -164,7 +166,8 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 		src, err := sources.NewTableSource(sources.TableOptions{
 			Paths: paths, Columns: s.Columns, Scalars: s.Scalars, Shuffle: s.Shuffle, Seed: s.Seed, World: s.World,
 			Rank: s.Rank, DropLast: s.DropLast, ShuffleBuffer: s.ShuffleBuffer, BatchRows: s.BatchRows, Epoch: s.Epoch,
-			Open: func(ctx context.Context, name string) (sources.File, error) { return client.OpenFile(ctx, name) },
+			Open:      func(ctx context.Context, name string) (sources.File, error) { return client.OpenFile(ctx, name) },
+			WithIndex: s.WithIndex, Resume: s.StreamResume,
 		})
 		if err != nil {
 			return cfg, err
@@ -338,6 +341,7 @@ func webdatasetSource(s *sourceSpec) (pipeline.Source, error) {
 	return sources.NewTarSource(sources.TarOptions{
 		Shards: shards, Shuffle: s.Shuffle, Seed: s.Seed, World: s.World, Rank: s.Rank, DropLast: s.DropLast,
 		ShuffleBuffer: s.ShuffleBuffer, Required: s.Required, Decode: s.Decode, Epoch: s.Epoch, Open: client.Open,
+		WithIndex: s.WithIndex, Resume: s.StreamResume,
 	})
 }
 

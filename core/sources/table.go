@@ -52,6 +52,13 @@ type TableOptions struct {
 	Epoch     int64
 	// Open opens a file for random access; nil opens local files.
 	Open func(ctx context.Context, name string) (File, error)
+	// WithIndex gives each row "__index__": SampleID(part, its row number
+	// in the part), for checkpoints (StreamResume); parts are numbered in
+	// the order the files' row groups or batches are listed.
+	WithIndex bool
+	// Resume, if set, makes the first epoch (Resume.Epoch) skip the rows
+	// it lists.
+	Resume *StreamResume
 }
 
 // File is what the readers need of an opened table file: *os.File, or a
@@ -164,12 +171,20 @@ func (s *TableSource) partRows(f tableFormat, path string) ([]int64, error) {
 
 // Open begins the next epoch.
 func (s *TableSource) Open(context.Context) (pipeline.Iterator, error) {
-	epoch := s.o.Epoch + s.opened.Add(1) - 1
+	k := s.opened.Add(1) - 1
+	epoch := s.o.Epoch + k
+	var skip skipSet
+	if r := s.o.Resume; r != nil {
+		epoch = r.Epoch + k
+		if k == 0 {
+			skip = newSkipSet(r)
+		}
+	}
 	pl, err := sampler.NewPlan(s.cfg, sampler.Progress{Epoch: epoch})
 	if err != nil {
 		return nil, err
 	}
-	return &tableIter{s: s, plan: pl, file: -1,
+	return &tableIter{s: s, plan: pl, file: -1, skip: skip,
 		shuf: newShuffler(s.o.ShuffleBuffer, s.o.Seed, uint64(epoch)*uint64(s.cfg.World)+uint64(s.cfg.Rank))}, nil
 }
 
@@ -188,6 +203,10 @@ type tableIter struct {
 	recs *recordIter // the rest of the current part
 
 	shuf *shuffler
+
+	unit int64   // the part being read: its index in parts
+	k    int64   // rows of the part taken so far
+	skip skipSet // a resumed epoch's consumed rows
 }
 
 func (it *tableIter) Next(ctx context.Context) (any, error) {
@@ -203,9 +222,17 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 			return nil, err
 		}
 		if it.rec != nil && it.row < int(it.rec.NumRows()) {
-			r := it.row
+			r, k := it.row, it.k
 			it.row++
-			return rowDict(it.rec, it.names, r, it.s.o.Scalars), nil
+			it.k++
+			if it.skip.has(it.unit, k) {
+				continue
+			}
+			d := rowDict(it.rec, it.names, r, it.s.o.Scalars)
+			if it.s.o.WithIndex {
+				d.Set("__index__", SampleID(it.unit, k))
+			}
+			return d, nil
 		}
 		if it.rec != nil {
 			it.rec.Release()
@@ -230,6 +257,7 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 		_, idx, _ := it.plan.At(it.next)
 		it.next++
 		p := it.s.parts[idx]
+		it.unit, it.k = idx, 0
 		path := it.s.o.Paths[p.file]
 		if p.err != nil {
 			return nil, &pipeline.ItemFailure{Item: path, Err: p.err}

@@ -53,6 +53,12 @@ type TarOptions struct {
 	Epoch int64
 	// Open reads a shard; nil means os.Open.
 	Open func(ctx context.Context, name string) (io.ReadCloser, error)
+	// WithIndex gives each sample "__index__": SampleID(shard, its number
+	// in the shard), for checkpoints (StreamResume).
+	WithIndex bool
+	// Resume, if set, makes the first epoch (Resume.Epoch) skip the
+	// samples it lists.
+	Resume *StreamResume
 }
 
 // TarSource is a pipeline.Source over WebDataset tar shards: each sample
@@ -112,12 +118,20 @@ func (s *TarSource) ShardsPerEpoch() int64 {
 
 // Open begins the next epoch.
 func (s *TarSource) Open(context.Context) (pipeline.Iterator, error) {
-	epoch := s.o.Epoch + s.opened.Add(1) - 1
+	k := s.opened.Add(1) - 1
+	epoch := s.o.Epoch + k
+	var skip skipSet
+	if r := s.o.Resume; r != nil {
+		epoch = r.Epoch + k
+		if k == 0 {
+			skip = newSkipSet(r)
+		}
+	}
 	pl, err := sampler.NewPlan(s.cfg, sampler.Progress{Epoch: epoch})
 	if err != nil {
 		return nil, err
 	}
-	it := &tarIter{s: s, plan: pl}
+	it := &tarIter{s: s, plan: pl, skip: skip}
 	it.shuf = newShuffler(s.o.ShuffleBuffer, s.o.Seed, uint64(epoch)*uint64(s.cfg.World)+uint64(s.cfg.Rank))
 	return it, nil
 }
@@ -136,7 +150,14 @@ type tarIter struct {
 	last string      // the key of the last sample completed in this shard
 
 	shuf *shuffler // nil without a shuffle buffer
+
+	unit int64   // the shard's index in Shards
+	k    int64   // samples completed so far in the shard
+	skip skipSet // a resumed epoch's consumed samples
 }
+
+// errSkipped is complete's answer for a sample a resumed epoch skips.
+var errSkipped = errors.New("sample consumed before the resume")
 
 type tarSample struct {
 	key    string
@@ -164,7 +185,7 @@ func (it *tarIter) read(ctx context.Context) (any, error) {
 			}
 			_, idx, _ := it.plan.At(it.next)
 			it.next++
-			it.name = it.s.o.Shards[idx]
+			it.name, it.unit, it.k = it.s.o.Shards[idx], idx, 0
 			rc, err := it.s.o.Open(ctx, it.name)
 			if err != nil {
 				return nil, &pipeline.ItemFailure{Item: it.name, Err: err}
@@ -190,7 +211,9 @@ func (it *tarIter) read(ctx context.Context) (any, error) {
 			done := it.cur
 			it.closeShard()
 			if done != nil {
-				return it.complete(done)
+				if v, err := it.complete(done); err != errSkipped {
+					return v, err
+				}
 			}
 			continue
 		}
@@ -214,7 +237,10 @@ func (it *tarIter) read(ctx context.Context) (any, error) {
 			// before this member's data is read (and may turn out cut).
 			done := it.cur
 			it.cur, it.hdr = nil, hdr
-			return it.complete(done)
+			if v, err := it.complete(done); err != errSkipped {
+				return v, err
+			}
+			continue
 		}
 		if hdr.Size > MaxMemberSize {
 			return nil, it.broken(fmt.Errorf("member %s is %d bytes, more than %d", hdr.Name, hdr.Size, MaxMemberSize))
@@ -302,6 +328,11 @@ func (t *tailReader) endMarker() bool {
 // complete checks and decodes a sample's fields.
 func (it *tarIter) complete(s *tarSample) (any, error) {
 	it.last = s.key
+	k := it.k
+	it.k++
+	if it.skip.has(it.unit, k) {
+		return nil, errSkipped
+	}
 	fail := func(err error) (any, error) {
 		return nil, &pipeline.ItemFailure{Item: fmt.Sprintf("%s: sample %s", it.name, s.key), Err: err}
 	}
@@ -316,6 +347,9 @@ func (it *tarIter) complete(s *tarSample) (any, error) {
 	d := value.NewDict(len(s.fields) + 2)
 	d.Set("__key__", s.key)
 	d.Set("__url__", it.name)
+	if it.s.o.WithIndex {
+		d.Set("__index__", SampleID(it.unit, k))
+	}
 	for i, f := range s.fields {
 		v, err := decodeField(it.s.o.Decode[f], s.data[i])
 		if err != nil {

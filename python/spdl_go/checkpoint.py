@@ -33,26 +33,37 @@ __all__ = ["ResumableSource"]
 
 _CFG_KEYS = ("n", "shuffle", "seed", "world_size", "rank", "drop_last")
 _DATASET_KEYS = ("n", "shuffle", "seed", "drop_last")
+_STREAM_KEYS = ("urls", "shuffle", "seed", "world_size", "rank", "drop_last")
+_STREAM_DATASET_KEYS = ("urls", "shuffle", "seed", "drop_last")
 
 
 class ResumableSource:
-    """Tracks how much of each epoch of a sampler-based source the training
-    loop has consumed, for ``state_dict`` / ``load_state_dict``.
+    """Tracks how much of each epoch of a source the training loop has
+    consumed, for ``state_dict`` / ``load_state_dict``.
+
+    Sampler-based sources (``sampler``, ``files``, ``image_folder``) resume
+    with the next unseen sample in the same order. Streaming sources
+    (``webdataset``, ``table``) resume by dealing the epoch's shards or
+    parts to the ranks again and skipping the samples already consumed:
+    nothing is lost or repeated, though consumed shards are read again.
 
     Args:
-        source: A source from ``sources.sampler``, ``sources.files`` or
-            ``sources.image_folder``. To use ``track``'s default index
-            reader, make it with ``with_index=True``.
+        source: A source from ``sources.sampler``, ``files``,
+            ``image_folder``, ``webdataset`` or ``table``. To use
+            ``track``'s default index reader, make it with
+            ``with_index=True``.
     """
 
     def __init__(self, source: NativeSource) -> None:
-        if not isinstance(source, NativeSource) or source.kind != "sampler":
+        if not isinstance(source, NativeSource) or source.kind not in ("sampler", "webdataset", "table"):
             raise TypeError(
-                "ResumableSource: needs a source from sources.sampler, sources.files or sources.image_folder "
-                f"(got {source!r:.80}); streaming sources (webdataset, table) restart their epoch"
+                "ResumableSource: needs a source from sources.sampler, files, image_folder, webdataset or table "
+                f"(got {source!r:.80})"
             )
+        self._stream = source.kind != "sampler"
         self._base = source
-        self._cfg = {k: source.options[k] for k in _CFG_KEYS}
+        keys = _STREAM_KEYS if self._stream else _CFG_KEYS
+        self._cfg = {k: source.options.get(k) for k in keys}
         self._resume: dict[str, Any] | None = None
         # The epoch being read: where it started, and the dataset indices
         # handed to the training loop since.
@@ -67,7 +78,12 @@ class ResumableSource:
         ``load_state_dict`` the same with its first epoch resumed."""
         if self._resume is None:
             return self._base
-        opts = {**self._base.options, "resume": self._resume, "epoch": self._resume["epoch"]}
+        if self._stream:
+            consumed = {str(u): _expand(r) for u, r in self._resume["consumed"].items()}
+            opts = {**self._base.options, "stream_resume": {"epoch": self._resume["epoch"], "consumed": consumed},
+                    "epoch": self._resume["epoch"]}
+        else:
+            opts = {**self._base.options, "resume": self._resume, "epoch": self._resume["epoch"]}
         return dataclasses.replace(self._base, options=opts)
 
     def track(self, pipeline: Any, index: Callable[[Any], Any] | None = None) -> Iterator[Any]:
@@ -96,6 +112,15 @@ class ResumableSource:
         the training loop (prefetched ones do not count). In a distributed
         job, every rank's goes to ``merge_states``; ``state_dict`` does
         that through torch.distributed."""
+        if self._stream:
+            return {
+                "version": 1,
+                "stream": True,
+                "dataset": {k: self._cfg[k] for k in _STREAM_DATASET_KEYS},
+                "epoch": self._progress["epoch"],
+                "finished": self._finished,
+                "consumed": _ranges_by_unit(self._consumed),
+            }
         if self._finished:
             rank_state = None  # the epoch is done on this rank
         else:
@@ -117,6 +142,15 @@ class ResumableSource:
         for s in states:
             if s.get("version") != 1 or s["dataset"] != first["dataset"] or s["epoch"] != first["epoch"]:
                 raise ValueError("merge_states: the states come from different datasets, epochs or versions")
+        if first.get("stream"):
+            if all(s["finished"] for s in states):
+                return {"version": 1, "stream": True, "dataset": first["dataset"], "progress": {"epoch": first["epoch"] + 1, "consumed": {}}}
+            merged: dict[str, list[int]] = {}
+            for s in states:
+                for u, r in s["consumed"].items():
+                    merged.setdefault(u, []).extend(_expand(r))
+            consumed = {u: _ranges(sorted(set(ks))) for u, ks in merged.items()}
+            return {"version": 1, "stream": True, "dataset": first["dataset"], "progress": {"epoch": first["epoch"], "consumed": consumed}}
         if all(s["finished"] for s in states):
             progress = {"epoch": first["epoch"] + 1, "prefix": 0}
         else:
@@ -151,7 +185,9 @@ class ResumableSource:
         not yet consumed, shared over this job's ranks."""
         if not isinstance(state, dict) or state.get("version") != 1 or "progress" not in state:
             raise ValueError("load_state_dict: not a spdl_go.DataLoader or ResumableSource state (want the dict state_dict() returned)")
-        mine = {k: self._cfg[k] for k in _DATASET_KEYS}
+        if bool(state.get("stream")) != self._stream:
+            raise ValueError("load_state_dict: the state is for another kind of source (streaming vs sampled)")
+        mine = {k: self._cfg[k] for k in (_STREAM_DATASET_KEYS if self._stream else _DATASET_KEYS)}
         for k, v in state["dataset"].items():
             if mine.get(k) != v:
                 raise ValueError(f"load_state_dict: the state is for {k}={v!r}, this source has {k}={mine.get(k)!r}")
@@ -159,6 +195,29 @@ class ResumableSource:
         self._resume = progress
         self._progress, self._consumed, self._finished = progress, [], False
         self._next_epoch = progress["epoch"]
+
+
+def _ranges(ks: list[int]) -> list[list[int]]:
+    """Sorted ints as [start, end) runs: a shard read in order is one run."""
+    out: list[list[int]] = []
+    for k in ks:
+        if out and out[-1][1] == k:
+            out[-1][1] = k + 1
+        else:
+            out.append([k, k + 1])
+    return out
+
+
+def _expand(runs: list[list[int]]) -> list[int]:
+    return [k for a, b in runs for k in range(a, b)]
+
+
+def _ranges_by_unit(ids: list[int]) -> dict[str, list[list[int]]]:
+    """Stream sample ids (unit << 32 | number) grouped by unit, as runs."""
+    by: dict[int, list[int]] = {}
+    for i in ids:
+        by.setdefault(i >> 32, []).append(i & 0xFFFFFFFF)
+    return {str(u): _ranges(sorted(set(ks))) for u, ks in sorted(by.items())}
 
 
 def _default_index(batch: Any) -> Any:

@@ -300,6 +300,7 @@ def webdataset(
     timeout: float | None = None,
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
+    with_index: bool = False,
 ) -> NativeSource:
     """Samples from tar shards in the WebDataset layout, read in Go.
 
@@ -328,7 +329,8 @@ def webdataset(
 
     A shard that is missing, truncated or corrupt fails as one item after
     the samples before the damage; the next shard goes on. The source
-    streams: it has no length, and a resumed epoch starts at its beginning.
+    streams: it has no length. ``with_index=True`` gives each sample an
+    ``"__index__"`` (shard and number in it) for ``ResumableSource``.
 
     Example:
         >>> src = sources.webdataset("/data/shard-{000000..000127}.tar", required=("jpg", "cls"),
@@ -351,6 +353,7 @@ def webdataset(
         decode=dict(decode or {}),
         shuffle_buffer=shuffle_buffer,
         storage=storage_options(timeout, retries, s3, "webdataset"),
+        with_index=bool(with_index),
     )
     return NativeSource("webdataset", options)
 
@@ -371,6 +374,7 @@ def table(
     timeout: float | None = None,
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
+    with_index: bool = False,
 ) -> NativeSource:
     """Rows of Parquet (``.parquet``, ``.pq``) and Arrow IPC (``.arrow``,
     ``.feather``, ``.ipc``) files, read in Go, as dicts of their columns.
@@ -396,6 +400,8 @@ def table(
 
     A file that is missing, unreadable or lacks a selected column fails as
     one item per epoch, naming it and the column; the other files are read.
+    ``with_index=True`` gives each row an ``"__index__"`` for
+    ``ResumableSource``.
 
     Example:
         >>> src = sources.table("/data/train-*.parquet", columns=["jpg", "label", "caption"], shuffle=True)
@@ -422,5 +428,6 @@ def table(
         shuffle_buffer=shuffle_buffer,
         batch_rows=batch_rows,
         storage=storage_options(timeout, retries, s3, "table"),
+        with_index=bool(with_index),
     )
     return NativeSource("table", options)
