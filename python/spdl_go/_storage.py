@@ -52,3 +52,15 @@ def storage_options(
         settings.update(s3)
     out["s3"] = {k: v for k, v in settings.items() if v not in ("", None)}
     return out
+
+
+_SECRET_KEYS = ("secret_key", "session_token")
+
+
+def redacted(value: Any) -> Any:
+    """``value`` (options) with S3 secrets replaced, for reprs and logs."""
+    if isinstance(value, dict):
+        return {k: ("<redacted>" if k in _SECRET_KEYS and v else redacted(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redacted(v) for v in value)
+    return value

@@ -36,7 +36,7 @@ __all__ = [
 Size = tuple[int, int] | int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class NativeOp:
     """A named op implemented in Go, with its options.
 
@@ -50,6 +50,11 @@ class NativeOp:
 
     def spec(self) -> dict[str, Any]:
         return {"kind": "native", "name": self.name, "options": self.options}
+
+    def __repr__(self) -> str:
+        from ._storage import redacted
+
+        return f"NativeOp(name={self.name!r}, options={redacted(self.options)!r})"
 
 
 def available() -> list[str]:

@@ -13,7 +13,7 @@ __all__ = ["ListedSource", "NativeSource", "arange", "distributed_env", "files",
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class NativeSource:
     """A source implemented in Go."""
 
@@ -22,6 +22,12 @@ class NativeSource:
 
     def spec(self) -> dict[str, Any]:
         return {"kind": self.kind, **self.options}
+
+    def __repr__(self) -> str:
+        from ._storage import redacted
+
+        opts = {k: v for k, v in self.options.items() if k != "items_wire"}  # large and opaque
+        return f"{type(self).__name__}(kind={self.kind!r}, options={redacted(opts)!r})"
 
 
 def arange(start: int, stop: int | None = None, step: int = 1) -> NativeSource:
@@ -153,7 +159,7 @@ def _sampler_options(
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ListedSource(NativeSource):
     """A dataset listed in Go (``files``, ``image_folder``) and dealt out by
     the sampler: shuffled, split over ranks and resumable like ``sampler``.

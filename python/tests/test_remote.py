@@ -189,3 +189,10 @@ def test_listing_s3_prefixes_and_globs(s3, data):
     assert folder.classes == ("img",) and len(folder) == 200
     with pytest.raises(ValueError, match="no objects under s3://bucket/nothing"):
         sources.files("s3://bucket/nothing", s3=cfg)
+
+
+def test_secrets_stay_out_of_reprs():
+    cfg = {"endpoint": "http://127.0.0.1:1", "access_key": "AKIA-visible", "secret_key": "hunter2", "session_token": "tok"}
+    for obj in (ops.read_file(s3=cfg), sources.webdataset("s3://b/x.tar", s3=cfg), sources.table("s3://b/t.parquet", s3=cfg)):
+        text = repr(obj)
+        assert "hunter2" not in text and "tok'" not in text and "<redacted>" in text and "AKIA-visible" in text
