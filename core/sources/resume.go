@@ -1,5 +1,11 @@
 package sources
 
+import (
+	"sync/atomic"
+
+	"github.com/spdl-go/spdl-go/core/sampler"
+)
+
 // StreamResume is where a resumed epoch of a streaming source (tar shards,
 // table parts) picks up: the samples already consumed in it, by unit (the
 // shard's or part's index in the source's list) and number within the
@@ -34,3 +40,32 @@ func newSkipSet(r *StreamResume) skipSet {
 }
 
 func (s skipSet) has(unit, k int64) bool { return s != nil && s[unit][k] }
+
+// unitEpochs deals a streaming source's units (shards, table parts) to its
+// rank, one epoch per next: the epoch's seeded order of units, the samples
+// a resumed first epoch skips, and the epoch's shuffle buffer.
+type unitEpochs struct {
+	cfg    sampler.Config
+	first  int64         // the first epoch's number
+	resume *StreamResume // applies to the first epoch
+	buffer int           // shuffle buffer size (0: none)
+	opened atomic.Int64
+}
+
+func (u *unitEpochs) next() (*sampler.Plan, skipSet, *shuffler, error) {
+	k := u.opened.Add(1) - 1
+	epoch := u.first + k
+	var skip skipSet
+	if r := u.resume; r != nil {
+		epoch = r.Epoch + k
+		if k == 0 {
+			skip = newSkipSet(r)
+		}
+	}
+	pl, err := sampler.NewPlan(u.cfg, sampler.Progress{Epoch: epoch})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	shuf := newShuffler(u.buffer, u.cfg.Seed, uint64(epoch)*uint64(u.cfg.World)+uint64(u.cfg.Rank))
+	return pl, skip, shuf, nil
+}

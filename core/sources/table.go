@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -85,11 +84,10 @@ type part struct {
 // when the source is made; a file that cannot be read, or lacks a selected
 // column, fails as one item per epoch, naming it, and the rest is read.
 type TableSource struct {
-	o      TableOptions
-	parts  []part
-	rows   int64
-	cfg    sampler.Config
-	opened atomic.Int64
+	o     TableOptions
+	parts []part
+	rows  int64
+	units unitEpochs
 }
 
 type tableFormat int
@@ -144,8 +142,9 @@ func NewTableSource(o TableOptions) (*TableSource, error) {
 	if good == 0 {
 		return nil, fmt.Errorf("table: no file could be read; the first: %w", s.parts[0].err)
 	}
-	s.cfg = sampler.Config{N: int64(len(s.parts)), Shuffle: o.Shuffle, Seed: o.Seed, World: max(o.World, 1), Rank: o.Rank, DropLast: o.DropLast}
-	if _, err := sampler.NewPlan(s.cfg, sampler.Progress{Epoch: o.Epoch}); err != nil {
+	cfg := sampler.Config{N: int64(len(s.parts)), Shuffle: o.Shuffle, Seed: o.Seed, World: max(o.World, 1), Rank: o.Rank, DropLast: o.DropLast}
+	s.units = unitEpochs{cfg: cfg, first: o.Epoch, resume: o.Resume, buffer: o.ShuffleBuffer}
+	if _, err := sampler.NewPlan(cfg, sampler.Progress{Epoch: o.Epoch}); err != nil {
 		return nil, fmt.Errorf("table: %d parts: %w", len(s.parts), err)
 	}
 	return s, nil
@@ -171,21 +170,11 @@ func (s *TableSource) partRows(f tableFormat, path string) ([]int64, error) {
 
 // Open begins the next epoch.
 func (s *TableSource) Open(context.Context) (pipeline.Iterator, error) {
-	k := s.opened.Add(1) - 1
-	epoch := s.o.Epoch + k
-	var skip skipSet
-	if r := s.o.Resume; r != nil {
-		epoch = r.Epoch + k
-		if k == 0 {
-			skip = newSkipSet(r)
-		}
-	}
-	pl, err := sampler.NewPlan(s.cfg, sampler.Progress{Epoch: epoch})
+	pl, skip, shuf, err := s.units.next()
 	if err != nil {
 		return nil, err
 	}
-	return &tableIter{s: s, plan: pl, file: -1, skip: skip,
-		shuf: newShuffler(s.o.ShuffleBuffer, s.o.Seed, uint64(epoch)*uint64(s.cfg.World)+uint64(s.cfg.Rank))}, nil
+	return &tableIter{s: s, plan: pl, file: -1, skip: skip, shuf: shuf}, nil
 }
 
 type tableIter struct {

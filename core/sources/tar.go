@@ -15,7 +15,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sampler"
@@ -71,9 +70,8 @@ type TarOptions struct {
 // after the samples before the damage; a sample that lacks a Required
 // field or fails to decode fails alone.
 type TarSource struct {
-	o      TarOptions
-	cfg    sampler.Config
-	opened atomic.Int64
+	o     TarOptions
+	units unitEpochs
 }
 
 var decoders = []string{"bytes", "str", "int", "float", "json"}
@@ -107,33 +105,22 @@ func NewTarSource(o TarOptions) (*TarSource, error) {
 	if _, err := sampler.NewPlan(cfg, sampler.Progress{Epoch: o.Epoch}); err != nil {
 		return nil, fmt.Errorf("webdataset: %d shards: %w", len(o.Shards), err)
 	}
-	return &TarSource{o: o, cfg: cfg}, nil
+	return &TarSource{o: o, units: unitEpochs{cfg: cfg, first: o.Epoch, resume: o.Resume, buffer: o.ShuffleBuffer}}, nil
 }
 
 // ShardsPerEpoch is how many shards each rank reads per epoch.
 func (s *TarSource) ShardsPerEpoch() int64 {
-	pl, _ := sampler.NewPlan(s.cfg, sampler.Progress{Epoch: s.o.Epoch})
+	pl, _ := sampler.NewPlan(s.units.cfg, sampler.Progress{Epoch: s.o.Epoch})
 	return pl.Len()
 }
 
 // Open begins the next epoch.
 func (s *TarSource) Open(context.Context) (pipeline.Iterator, error) {
-	k := s.opened.Add(1) - 1
-	epoch := s.o.Epoch + k
-	var skip skipSet
-	if r := s.o.Resume; r != nil {
-		epoch = r.Epoch + k
-		if k == 0 {
-			skip = newSkipSet(r)
-		}
-	}
-	pl, err := sampler.NewPlan(s.cfg, sampler.Progress{Epoch: epoch})
+	pl, skip, shuf, err := s.units.next()
 	if err != nil {
 		return nil, err
 	}
-	it := &tarIter{s: s, plan: pl, skip: skip}
-	it.shuf = newShuffler(s.o.ShuffleBuffer, s.o.Seed, uint64(epoch)*uint64(s.cfg.World)+uint64(s.cfg.Rank))
-	return it, nil
+	return &tarIter{s: s, plan: pl, skip: skip, shuf: shuf}, nil
 }
 
 type tarIter struct {

@@ -186,31 +186,50 @@ static void set_compact_strides(spdl_tensor* t) {
   }
 }
 
+// shape_bytes checks an allocation's shape and dtype and stores its size
+// in *n; 0 if they are invalid or the size overflows.
+static int shape_bytes(int32_t ndim, const int64_t* shape, uint8_t bits, uint16_t lanes, size_t* n) {
+  if (ndim < 0 || (ndim > 0 && shape == NULL)) return 0;
+  if (bits == 0 || bits % 8 != 0 || lanes == 0) return 0;
+  *n = (size_t)(bits / 8) * lanes;
+  for (int32_t i = 0; i < ndim; i++) {
+    if (shape[i] < 0) return 0;
+    if (shape[i] > 0 && *n > MAX_BYTES / (size_t)shape[i]) return 0;
+    *n *= (size_t)shape[i];
+  }
+  return 1;
+}
+
+// set_view fills a new block's view of a contiguous buffer.
+static void set_view(spdl_tensor* t, void* data, const int64_t* shape, uint8_t code,
+                     uint8_t bits, uint16_t lanes) {
+  t->dl.data = data;
+  t->dl.dtype.code = code;
+  t->dl.dtype.bits = bits;
+  t->dl.dtype.lanes = lanes;
+  if (t->dl.ndim > 0) memcpy(t->dl.shape, shape, (size_t)t->dl.ndim * sizeof(int64_t));
+  set_compact_strides(t);
+}
+
+// drop_block frees a block whose buffer could not be had.
+static void drop_block(spdl_tensor* t) {
+  atomic_fetch_sub(&st_blocks, 1);
+  free(t);
+}
+
 spdl_tensor* spdl_tensor_alloc(int32_t ndim, const int64_t* shape, uint8_t code,
                                uint8_t bits, uint16_t lanes) {
-  if (ndim < 0 || (ndim > 0 && shape == NULL)) return NULL;
-  if (bits == 0 || bits % 8 != 0 || lanes == 0) return NULL;
-  size_t n = (size_t)(bits / 8) * lanes;
-  for (int32_t i = 0; i < ndim; i++) {
-    if (shape[i] < 0) return NULL;
-    if (shape[i] > 0 && n > MAX_BYTES / (size_t)shape[i]) return NULL;
-    n *= (size_t)shape[i];
-  }
+  size_t n;
+  if (!shape_bytes(ndim, shape, bits, lanes, &n)) return NULL;
   spdl_tensor* t = new_block(ndim);
   if (t == NULL) return NULL;
   t->owner = OWNER_POOL;
   t->buf = pool_get(n, &t->cap, &t->cls);
   if (t->buf == NULL) {
-    atomic_fetch_sub(&st_blocks, 1);
-    free(t);
+    drop_block(t);
     return NULL;
   }
-  t->dl.data = t->buf;
-  t->dl.dtype.code = code;
-  t->dl.dtype.bits = bits;
-  t->dl.dtype.lanes = lanes;
-  if (ndim > 0) memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
-  set_compact_strides(t);
+  set_view(t, t->buf, shape, code, bits, lanes);
   return t;
 }
 
@@ -419,20 +438,13 @@ static spdl_tensor* cuda_alloc(int slot, int32_t device, void* stream, int32_t n
   *cuda_err = -1;
   if (!atomic_load(&cuda_ready)) return NULL;
   if (slot < 0 || slot >= CUDA_SLOTS) return NULL;
-  if (ndim < 0 || (ndim > 0 && shape == NULL)) return NULL;
-  if (bits == 0 || bits % 8 != 0 || lanes == 0) return NULL;
-  size_t n = (size_t)(bits / 8) * lanes;
-  for (int32_t i = 0; i < ndim; i++) {
-    if (shape[i] < 0) return NULL;
-    if (shape[i] > 0 && n > MAX_BYTES / (size_t)shape[i]) return NULL;
-    n *= (size_t)shape[i];
-  }
+  size_t n;
+  if (!shape_bytes(ndim, shape, bits, lanes, &n)) return NULL;
   spdl_tensor* t = new_block(ndim);
   if (t == NULL) return NULL;
   t->cbuf = cuda_get(slot, n, stream, cuda_err);
   if (t->cbuf == NULL) {
-    atomic_fetch_sub(&st_blocks, 1);
-    free(t);
+    drop_block(t);
     return NULL;
   }
   *cuda_err = 0;
@@ -441,12 +453,7 @@ static spdl_tensor* cuda_alloc(int slot, int32_t device, void* stream, int32_t n
     t->dl.device.device_type = kDLCUDA;
     t->dl.device.device_id = device;
   }
-  t->dl.data = t->cbuf->ptr;
-  t->dl.dtype.code = code;
-  t->dl.dtype.bits = bits;
-  t->dl.dtype.lanes = lanes;
-  if (ndim > 0) memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
-  set_compact_strides(t);
+  set_view(t, t->cbuf->ptr, shape, code, bits, lanes);
   return t;
 }
 
