@@ -1,10 +1,7 @@
 package sources_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,7 +16,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
-	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sources"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -103,27 +99,9 @@ type tableRows struct {
 
 func readTable(t *testing.T, src *sources.TableSource) tableRows {
 	t.Helper()
-	it, err := src.Open(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
 	var r tableRows
-	for {
-		v, err := it.Next(context.Background())
-		if errors.Is(err, io.EOF) {
-			return r
-		}
-		var f *pipeline.ItemFailure
-		if errors.As(err, &f) {
-			r.failures = append(r.failures, f.Error())
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.rows = append(r.rows, v.(*value.Dict))
-	}
+	r.rows, r.failures = drainSource(t, src)
+	return r
 }
 
 func (r tableRows) release() {

@@ -65,33 +65,41 @@ type result struct {
 	failures []string
 }
 
-func readAll(t testing.TB, src pipeline.Source) result {
+// drainSource reads one epoch of src: its dicts, and the items it failed.
+func drainSource(t testing.TB, src pipeline.Source) (items []*value.Dict, failures []string) {
 	t.Helper()
 	it, err := src.Open(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer it.Close()
-	var r result
 	for range 100000 {
 		v, err := it.Next(context.Background())
 		if errors.Is(err, io.EOF) {
-			return r
+			return items, failures
 		}
 		var f *pipeline.ItemFailure
 		if errors.As(err, &f) {
-			r.failures = append(r.failures, f.Error())
+			failures = append(failures, f.Error())
 			continue
 		}
 		if err != nil {
 			t.Fatalf("fatal error from the source: %v", err)
 		}
-		d := v.(*value.Dict)
-		k, _ := d.Get("__key__")
-		r.keys = append(r.keys, k.(string))
-		r.items = append(r.items, d)
+		items = append(items, v.(*value.Dict))
 	}
 	t.Fatal("the source never ended")
+	return nil, nil
+}
+
+func readAll(t testing.TB, src pipeline.Source) result {
+	t.Helper()
+	var r result
+	r.items, r.failures = drainSource(t, src)
+	for _, d := range r.items {
+		k, _ := d.Get("__key__")
+		r.keys = append(r.keys, k.(string))
+	}
 	return r
 }
 
