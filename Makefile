@@ -10,7 +10,7 @@ export CGO_ENABLED := 1
 FT_PREFIX ?= $(HOME)/.cache/spdl-go/cpython-3.13t
 PYFT := $(FT_PREFIX)/bin/python3.13t
 
-.PHONY: all deps build setup servers install demo test go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check clean
+.PHONY: all deps build setup servers install demo test go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check cudatest-lib clean
 
 all: build
 
@@ -77,11 +77,18 @@ install-ft:
 # PYTHON_GIL=0 keeps the GIL off even if an extension module was not built
 # for free-threading (CPython would otherwise turn it back on, with a warning).
 py-test-ft:
-	cd /tmp && PYTHON_GIL=0 $(PYFT) -m pytest -q -p no:cacheprovider $(CURDIR)/python/tests
+	cd /tmp && SPDL_GO_CUDATEST_LIB=$(CUDATEST_LIB) PYTHON_GIL=0 $(PYFT) -m pytest -q -p no:cacheprovider $(CURDIR)/python/tests
 
 # Runs from outside the checkout so that the installed package is imported.
-py-test:
-	cd /tmp && $(PY) -m pytest -q -p no:cacheprovider $(CURDIR)/python/tests
+py-test: cudatest-lib
+	cd /tmp && SPDL_GO_CUDATEST_LIB=$(CUDATEST_LIB) $(PY) -m pytest -q -p no:cacheprovider $(CURDIR)/python/tests
+
+## cudatest-lib: a libspdl whose CUDA runtime can be the host-memory stand-in
+## (core/cuda/cudatest), for the Python tests of CUDA tensors without a GPU
+CUDATEST_LIB := $(CURDIR)/build/cudatest/libspdl.so
+cudatest-lib: deps
+	$(GO) build -tags cudatest -buildmode=c-shared -o $(CUDATEST_LIB) ./capi
+	rm -f $(CURDIR)/build/cudatest/libspdl.h
 
 py-test-dev: build
 	PYTHONPATH=python $(PY) -m pytest -q python/tests
