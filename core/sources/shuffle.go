@@ -25,8 +25,12 @@ func newShuffler(size int, seed, stream uint64) *shuffler {
 }
 
 // next returns an item of read's stream. Failed items (any error but
-// io.EOF) pass straight on; io.EOF comes once the buffer is empty.
+// io.EOF) pass straight on; io.EOF comes once the buffer is empty. A nil
+// shuffler (no buffer) hands read's items on in order.
 func (s *shuffler) next(ctx context.Context, read func(context.Context) (any, error)) (any, error) {
+	if s == nil {
+		return read(ctx)
+	}
 	for !s.eof && len(s.buf) < s.size {
 		v, err := read(ctx)
 		if errors.Is(err, io.EOF) {

@@ -198,12 +198,7 @@ type tableIter struct {
 	skip skipSet // a resumed epoch's consumed rows
 }
 
-func (it *tableIter) Next(ctx context.Context) (any, error) {
-	if it.shuf == nil {
-		return it.read(ctx)
-	}
-	return it.shuf.next(ctx, it.read)
-}
+func (it *tableIter) Next(ctx context.Context) (any, error) { return it.shuf.next(ctx, it.read) }
 
 func (it *tableIter) read(ctx context.Context) (any, error) {
 	for {

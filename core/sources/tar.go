@@ -153,12 +153,7 @@ type tarSample struct {
 	err    error
 }
 
-func (it *tarIter) Next(ctx context.Context) (any, error) {
-	if it.shuf == nil {
-		return it.read(ctx)
-	}
-	return it.shuf.next(ctx, it.read)
-}
+func (it *tarIter) Next(ctx context.Context) (any, error) { return it.shuf.next(ctx, it.read) }
 
 // read returns the next sample in shard order.
 func (it *tarIter) read(ctx context.Context) (any, error) {
