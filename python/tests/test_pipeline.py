@@ -330,8 +330,12 @@ def test_native_source_and_stats(no_leaks):
 
 
 def test_latency_and_bottleneck(no_leaks):
+    took = []
+
     def slow(x):
+        t0 = time.perf_counter()
         time.sleep(0.02)
+        took.append(time.perf_counter() - t0)
         return x
 
     p = build(range(20), pipe(lambda x: x, name="fast"), pipe(slow, name="slow"), pipe(lambda x: x, name="after"))
@@ -339,7 +343,9 @@ def test_latency_and_bottleneck(no_leaks):
     st = p.stats()
     s = st.stages[1]
     assert s.name == "slow"
-    assert 0.015 <= s.latency_p50_s <= 0.040, st.format()
+    # Against the calls' own durations: a loaded machine oversleeps.
+    took.sort()
+    assert 0.9 * took[0] <= s.latency_p50_s <= took[-1] + 0.010, (took, st.format())
     assert s.latency_p50_s <= s.latency_p90_s <= s.latency_p99_s
     assert 0 < s.busy_fraction <= 1 and s.items_per_s > 0
     assert st.bottleneck.stage == "slow", st.format()
