@@ -264,6 +264,24 @@ func spdl_pipeline_stats(h C.uint64_t, outJSON **C.char, errOut **C.char) (rc C.
 	return C.SPDL_OK
 }
 
+//export spdl_pipeline_source_state
+func spdl_pipeline_source_state(h C.uint64_t, outJSON **C.char, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	err := withPipeline(h, func(p *pipeline.Pipeline) error {
+		b, err := json.Marshal(p.SourceState())
+		if err != nil {
+			return err
+		}
+		*outJSON = C.CString(string(b))
+		return nil
+	})
+	if err != nil {
+		setErr(errOut, err)
+		return C.SPDL_ERROR
+	}
+	return C.SPDL_OK
+}
+
 //export spdl_pipeline_trace_start
 func spdl_pipeline_trace_start(h C.uint64_t, maxSpans C.int64_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)

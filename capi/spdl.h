@@ -111,6 +111,10 @@ int spdl_cuda_status(const char *paths_json, char **out_json, char **err);
  * spdl_pipeline_stop: cancels the running epoch and waits until all of its
  *   threads have finished; items still buffered are released. Safe twice.
  * spdl_pipeline_stats: *out_json = per-stage statistics as JSON; caller frees.
+ * spdl_pipeline_source_state: *out_json = what the source knows that a
+ *   checkpoint needs, as JSON (null for sources that keep nothing; for
+ *   webdataset and table sources {"sizes": {unit: samples}}, the sample
+ *   counts of the shards or parts known so far); caller frees.
  * spdl_pipeline_free: invalidates the handle and stops the pipeline. With
  *   wait_ms < 0 it returns once every thread of the pipeline has finished;
  *   with wait_ms == 0 it returns at once and the stop completes in the
@@ -125,6 +129,7 @@ int spdl_pipeline_start(uint64_t pipeline, char **err);
 int spdl_pipeline_next(uint64_t pipeline, int64_t timeout_us, spdl_buf *out, char **err);
 int spdl_pipeline_stop(uint64_t pipeline, char **err);
 int spdl_pipeline_stats(uint64_t pipeline, char **out_json, char **err);
+int spdl_pipeline_source_state(uint64_t pipeline, char **out_json, char **err);
 int spdl_pipeline_free(uint64_t pipeline, int64_t wait_ms, char **err);
 
 /* Tracing for the Chrome / Perfetto trace viewer.

@@ -33,6 +33,14 @@ type OpStatsReporter interface {
 	OpStats() map[string]int64
 }
 
+// StateReporter is implemented by sources that know something a
+// checkpoint needs beyond the items handed out, such as how many samples
+// each of a streaming source's shards holds. SourceState must be safe to
+// call at any time from any goroutine, and marshal to JSON.
+type StateReporter interface {
+	SourceState() any
+}
+
 // IOBound is implemented by ops that spend their calls waiting on I/O
 // (network reads): their calls do not take Config.NumThreads tokens,
 // which bound CPU work, so that a read stage at concurrency 256 keeps 256
@@ -458,6 +466,9 @@ func (p *Pipeline) Stats() Stats {
 		Stages: make([]StageStats, len(p.stages)),
 		Sink:   SinkStats{Cap: p.cfg.BufferSize},
 	}
+	if r, ok := p.cfg.Source.(OpStatsReporter); ok {
+		st.Source.OpStats = r.OpStats()
+	}
 	for i, s := range p.stages {
 		c := p.cfg.QueueSize
 		if i == len(p.stages)-1 {
@@ -483,6 +494,14 @@ func (p *Pipeline) Stats() Stats {
 	}
 	ep.stats(&st)
 	return st
+}
+
+// SourceState is the source's StateReporter answer, or nil.
+func (p *Pipeline) SourceState() any {
+	if r, ok := p.cfg.Source.(StateReporter); ok {
+		return r.SourceState()
+	}
+	return nil
 }
 
 // release hands v to value.Release; named so that every drop is findable.

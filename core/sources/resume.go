@@ -1,6 +1,11 @@
 package sources
 
 import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
 	"sync/atomic"
 
 	"github.com/spdl-go/spdl-go/core/sampler"
@@ -10,57 +15,151 @@ import (
 // table parts) picks up: the samples already consumed in it, by unit (the
 // shard's or part's index in the source's list) and number within the
 // unit (its order when the unit is read). The epoch's units are dealt to
-// the ranks again, as in any epoch, and read again; the consumed samples
-// are skipped, so every other sample comes exactly once.
+// the ranks again, as in any epoch; a unit whose every sample was consumed
+// (Sizes says how many it holds) is not opened, and the others are read
+// with their consumed samples skipped, so every other sample comes exactly
+// once.
 type StreamResume struct {
-	Epoch    int64             `json:"epoch"`
-	Consumed map[int64][]int64 `json:"consumed"`
+	Epoch int64 `json:"epoch"`
+	// Consumed holds each unit's consumed sample numbers as [start, end)
+	// runs: a unit read in order is one run.
+	Consumed map[int64][][2]int64 `json:"consumed"`
+	// Sizes are the units' sample counts that were known when the state
+	// was saved (UnitSizes); without a unit's size, a wholly consumed
+	// unit is read again and its samples skipped.
+	Sizes map[int64]int64 `json:"sizes,omitempty"`
 }
 
 // SampleID packs a unit and a sample number into the "__index__" that a
 // streaming source made WithIndex gives each sample.
 func SampleID(unit, k int64) int64 { return unit<<32 | k }
 
-// skipSet is a resumed epoch's consumed samples.
-type skipSet map[int64]map[int64]bool
-
-func newSkipSet(r *StreamResume) skipSet {
-	if r == nil {
-		return nil
-	}
-	s := skipSet{}
-	for u, ks := range r.Consumed {
-		m := make(map[int64]bool, len(ks))
-		for _, k := range ks {
-			m[k] = true
-		}
-		s[u] = m
-	}
-	return s
+// skipSet is a resumed epoch's consumed samples: per unit, sorted disjoint
+// runs, and the units it need not open at all.
+type skipSet struct {
+	runs  map[int64][][2]int64
+	whole map[int64]int64 // units wholly consumed: their sizes
 }
 
-func (s skipSet) has(unit, k int64) bool { return s != nil && s[unit][k] }
+// newSkipSet checks r against the source's n units and normalises its runs.
+func newSkipSet(r *StreamResume, n int64) (*skipSet, error) {
+	if r == nil {
+		return nil, nil
+	}
+	s := &skipSet{runs: map[int64][][2]int64{}, whole: map[int64]int64{}}
+	for u, runs := range r.Consumed {
+		if u < 0 || u >= n {
+			return nil, fmt.Errorf("resume: consumed samples of unit %d, but the source has %d units", u, n)
+		}
+		rs := slices.Clone(runs)
+		for _, run := range rs {
+			if run[0] < 0 || run[1] <= run[0] || run[1] > 1<<32 {
+				return nil, fmt.Errorf("resume: unit %d: bad run [%d, %d)", u, run[0], run[1])
+			}
+		}
+		sort.Slice(rs, func(i, j int) bool { return rs[i][0] < rs[j][0] })
+		merged := rs[:1]
+		for _, run := range rs[1:] {
+			if last := &merged[len(merged)-1]; run[0] <= last[1] {
+				last[1] = max(last[1], run[1])
+			} else {
+				merged = append(merged, run)
+			}
+		}
+		s.runs[u] = merged
+		if size, ok := r.Sizes[u]; ok && len(merged) == 1 && merged[0][0] == 0 && merged[0][1] >= size {
+			s.whole[u] = size
+		}
+	}
+	return s, nil
+}
+
+// has reports whether sample k of unit was consumed.
+func (s *skipSet) has(unit, k int64) bool {
+	if s == nil {
+		return false
+	}
+	rs := s.runs[unit]
+	i := sort.Search(len(rs), func(i int) bool { return rs[i][1] > k })
+	return i < len(rs) && rs[i][0] <= k
+}
+
+// done reports whether every sample of unit was consumed, so that the
+// resumed epoch need not open it, and how many samples it holds.
+func (s *skipSet) done(unit int64) (int64, bool) {
+	if s == nil {
+		return 0, false
+	}
+	n, ok := s.whole[unit]
+	return n, ok
+}
+
+// unitSizes are the sample counts of the units known so far: from
+// footers, or from reading a unit to its end. Shared by the epochs.
+type unitSizes struct {
+	mu sync.Mutex
+	m  map[int64]int64
+}
+
+func (u *unitSizes) set(unit, n int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[int64]int64{}
+	}
+	u.m[unit] = n
+}
+
+func (u *unitSizes) snapshot() map[int64]int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return maps.Clone(u.m)
+}
 
 // unitEpochs deals a streaming source's units (shards, table parts) to its
 // rank, one epoch per next: the epoch's seeded order of units, the samples
 // a resumed first epoch skips, and the epoch's shuffle buffer.
 type unitEpochs struct {
 	cfg    sampler.Config
-	first  int64         // the first epoch's number
-	resume *StreamResume // applies to the first epoch
-	buffer int           // shuffle buffer size (0: none)
+	first  int64     // the first epoch's number
+	resume *skipSet  // the resumed first epoch's skips, or nil
+	epoch0 int64     // with resume: the resumed epoch's number
+	buffer int       // shuffle buffer size (0: none)
+	sizes  unitSizes // the units' sample counts known so far
 	opened atomic.Int64
+	// Counters of the resumed epoch, for OpStats.
+	unitsSkipped, samplesSkipped atomic.Int64
 }
 
-func (u *unitEpochs) next() (*sampler.Plan, skipSet, *shuffler, error) {
+func newUnitEpochs(cfg sampler.Config, first int64, r *StreamResume, buffer int) (*unitEpochs, error) {
+	skip, err := newSkipSet(r, cfg.N)
+	if err != nil {
+		return nil, err
+	}
+	u := &unitEpochs{cfg: cfg, first: first, resume: skip, buffer: buffer}
+	if r != nil {
+		u.epoch0 = r.Epoch
+	}
+	// Check the split now, so that a bad rank fails the build.
+	if _, err := sampler.NewPlan(cfg, sampler.Progress{Epoch: u.epochOf(0)}); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+func (u *unitEpochs) epochOf(k int64) int64 {
+	if u.resume != nil {
+		return u.epoch0 + k
+	}
+	return u.first + k
+}
+
+func (u *unitEpochs) next() (*sampler.Plan, *skipSet, *shuffler, error) {
 	k := u.opened.Add(1) - 1
-	epoch := u.first + k
-	var skip skipSet
-	if r := u.resume; r != nil {
-		epoch = r.Epoch + k
-		if k == 0 {
-			skip = newSkipSet(r)
-		}
+	epoch := u.epochOf(k)
+	var skip *skipSet
+	if k == 0 {
+		skip = u.resume
 	}
 	pl, err := sampler.NewPlan(u.cfg, sampler.Progress{Epoch: epoch})
 	if err != nil {
@@ -68,4 +167,21 @@ func (u *unitEpochs) next() (*sampler.Plan, skipSet, *shuffler, error) {
 	}
 	shuf := newShuffler(u.buffer, u.cfg.Seed, uint64(epoch)*uint64(u.cfg.World)+uint64(u.cfg.Rank))
 	return pl, skip, shuf, nil
+}
+
+// opStats are the resume counters that the sources report; none without
+// a resume.
+func (u *unitEpochs) opStats() map[string]int64 {
+	if u.resume == nil {
+		return nil
+	}
+	return map[string]int64{
+		"resume_units_skipped":   u.unitsSkipped.Load(),
+		"resume_samples_skipped": u.samplesSkipped.Load(),
+	}
+}
+
+// streamState is a streaming source's SourceState.
+type streamState struct {
+	Sizes map[int64]int64 `json:"sizes"`
 }

@@ -87,7 +87,7 @@ type TableSource struct {
 	o     TableOptions
 	parts []part
 	rows  int64
-	units unitEpochs
+	units *unitEpochs
 }
 
 type tableFormat int
@@ -143,12 +143,30 @@ func NewTableSource(o TableOptions) (*TableSource, error) {
 		return nil, fmt.Errorf("table: no file could be read; the first: %w", s.parts[0].err)
 	}
 	cfg := sampler.Config{N: int64(len(s.parts)), Shuffle: o.Shuffle, Seed: o.Seed, World: max(o.World, 1), Rank: o.Rank, DropLast: o.DropLast}
-	s.units = unitEpochs{cfg: cfg, first: o.Epoch, resume: o.Resume, buffer: o.ShuffleBuffer}
-	if _, err := sampler.NewPlan(cfg, sampler.Progress{Epoch: o.Epoch}); err != nil {
+	units, err := newUnitEpochs(cfg, o.Epoch, o.Resume, o.ShuffleBuffer)
+	if err != nil {
 		return nil, fmt.Errorf("table: %d parts: %w", len(s.parts), err)
+	}
+	s.units = units
+	for i, p := range s.parts {
+		if p.err == nil && p.rows >= 0 { // Parquet footers give row counts
+			s.units.sizes.set(int64(i), p.rows)
+		}
 	}
 	return s, nil
 }
+
+// UnitSizes are the row counts of the parts known so far (from Parquet
+// footers, or Arrow record batches read to their end), by part index: a
+// checkpoint keeps them (StreamResume.Sizes) so that a resumed epoch does
+// not read parts it consumed whole.
+func (s *TableSource) UnitSizes() map[int64]int64 { return s.units.sizes.snapshot() }
+
+// SourceState is what a checkpoint needs of the source (pipeline.StateReporter).
+func (s *TableSource) SourceState() any { return streamState{Sizes: s.UnitSizes()} }
+
+// OpStats counts what a resumed epoch skipped (pipeline.OpStatsReporter).
+func (s *TableSource) OpStats() map[string]int64 { return s.units.opStats() }
 
 // Rows is the number of rows in the readable Parquet files, all ranks
 // together (Arrow IPC footers do not record row counts).
@@ -193,9 +211,9 @@ type tableIter struct {
 
 	shuf *shuffler
 
-	unit int64   // the part being read: its index in parts
-	k    int64   // rows of the part taken so far
-	skip skipSet // a resumed epoch's consumed rows
+	unit int64    // the part being read: its index in parts
+	k    int64    // rows of the part taken so far
+	skip *skipSet // a resumed epoch's consumed rows
 }
 
 func (it *tableIter) Next(ctx context.Context) (any, error) { return it.shuf.next(ctx, it.read) }
@@ -210,6 +228,7 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 			it.row++
 			it.k++
 			if it.skip.has(it.unit, k) {
+				it.s.units.samplesSkipped.Add(1)
 				continue
 			}
 			d := rowDict(it.rec, it.names, r, it.s.o.Scalars)
@@ -234,12 +253,18 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 			if !errors.Is(err, io.EOF) {
 				return nil, &pipeline.ItemFailure{Item: name, Err: err}
 			}
+			it.s.units.sizes.set(it.unit, it.k)
 		}
 		if it.next >= it.plan.Len() {
 			return nil, io.EOF
 		}
 		_, idx, _ := it.plan.At(it.next)
 		it.next++
+		if n, ok := it.skip.done(idx); ok {
+			it.s.units.unitsSkipped.Add(1)
+			it.s.units.samplesSkipped.Add(n)
+			continue
+		}
 		p := it.s.parts[idx]
 		it.unit, it.k = idx, 0
 		path := it.s.o.Paths[p.file]

@@ -71,7 +71,7 @@ type TarOptions struct {
 // field or fails to decode fails alone.
 type TarSource struct {
 	o     TarOptions
-	units unitEpochs
+	units *unitEpochs
 }
 
 var decoders = []string{"bytes", "str", "int", "float", "json"}
@@ -101,11 +101,11 @@ func NewTarSource(o TarOptions) (*TarSource, error) {
 	if cfg.World == 0 {
 		cfg.World = 1
 	}
-	// Check the split now, so that a bad rank fails the build.
-	if _, err := sampler.NewPlan(cfg, sampler.Progress{Epoch: o.Epoch}); err != nil {
+	units, err := newUnitEpochs(cfg, o.Epoch, o.Resume, o.ShuffleBuffer)
+	if err != nil {
 		return nil, fmt.Errorf("webdataset: %d shards: %w", len(o.Shards), err)
 	}
-	return &TarSource{o: o, units: unitEpochs{cfg: cfg, first: o.Epoch, resume: o.Resume, buffer: o.ShuffleBuffer}}, nil
+	return &TarSource{o: o, units: units}, nil
 }
 
 // ShardsPerEpoch is how many shards each rank reads per epoch.
@@ -113,6 +113,17 @@ func (s *TarSource) ShardsPerEpoch() int64 {
 	pl, _ := sampler.NewPlan(s.units.cfg, sampler.Progress{Epoch: s.o.Epoch})
 	return pl.Len()
 }
+
+// UnitSizes are the sample counts of the shards read to their end so far,
+// by shard index: a checkpoint keeps them (StreamResume.Sizes) so that a
+// resumed epoch does not open shards it consumed whole.
+func (s *TarSource) UnitSizes() map[int64]int64 { return s.units.sizes.snapshot() }
+
+// SourceState is what a checkpoint needs of the source (pipeline.StateReporter).
+func (s *TarSource) SourceState() any { return streamState{Sizes: s.UnitSizes()} }
+
+// OpStats counts what a resumed epoch skipped (pipeline.OpStatsReporter).
+func (s *TarSource) OpStats() map[string]int64 { return s.units.opStats() }
 
 // Open begins the next epoch.
 func (s *TarSource) Open(context.Context) (pipeline.Iterator, error) {
@@ -138,9 +149,9 @@ type tarIter struct {
 
 	shuf *shuffler // nil without a shuffle buffer
 
-	unit int64   // the shard's index in Shards
-	k    int64   // samples completed so far in the shard
-	skip skipSet // a resumed epoch's consumed samples
+	unit int64    // the shard's index in Shards
+	k    int64    // samples completed so far in the shard
+	skip *skipSet // a resumed epoch's consumed samples
 }
 
 // errSkipped is complete's answer for a sample a resumed epoch skips.
@@ -167,6 +178,11 @@ func (it *tarIter) read(ctx context.Context) (any, error) {
 			}
 			_, idx, _ := it.plan.At(it.next)
 			it.next++
+			if n, ok := it.skip.done(idx); ok {
+				it.s.units.unitsSkipped.Add(1)
+				it.s.units.samplesSkipped.Add(n)
+				continue
+			}
 			it.name, it.unit, it.k = it.s.o.Shards[idx], idx, 0
 			rc, err := it.s.o.Open(ctx, it.name)
 			if err != nil {
@@ -192,6 +208,11 @@ func (it *tarIter) read(ctx context.Context) (any, error) {
 			}
 			done := it.cur
 			it.closeShard()
+			n := it.k
+			if done != nil {
+				n++
+			}
+			it.s.units.sizes.set(it.unit, n)
 			if done != nil {
 				if v, err := it.complete(done); err != errSkipped {
 					return v, err
@@ -227,12 +248,16 @@ func (it *tarIter) read(ctx context.Context) (any, error) {
 		if hdr.Size > MaxMemberSize {
 			return nil, it.broken(fmt.Errorf("member %s is %d bytes, more than %d", hdr.Name, hdr.Size, MaxMemberSize))
 		}
-		// Grown as the data arrives: a corrupt header's size is not trusted
-		// with an allocation.
+		// The member belongs to sample number it.k; a resumed epoch that
+		// consumed it leaves the data to the next tr.Next, which skips it.
 		var data bytes.Buffer
-		data.Grow(int(min(hdr.Size, 256<<10)))
-		if _, err := io.Copy(&data, it.tr); err != nil {
-			return nil, it.broken(fmt.Errorf("reading member %s: %w", hdr.Name, err))
+		if !it.skip.has(it.unit, it.k) {
+			// Grown as the data arrives: a corrupt header's size is not
+			// trusted with an allocation.
+			data.Grow(int(min(hdr.Size, 256<<10)))
+			if _, err := io.Copy(&data, it.tr); err != nil {
+				return nil, it.broken(fmt.Errorf("reading member %s: %w", hdr.Name, err))
+			}
 		}
 		if it.cur == nil {
 			it.cur = &tarSample{key: key}
@@ -313,6 +338,7 @@ func (it *tarIter) complete(s *tarSample) (any, error) {
 	k := it.k
 	it.k++
 	if it.skip.has(it.unit, k) {
+		it.s.units.samplesSkipped.Add(1)
 		return nil, errSkipped
 	}
 	fail := func(err error) (any, error) {

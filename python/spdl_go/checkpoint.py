@@ -23,6 +23,7 @@ import ctypes
 import dataclasses
 import json
 import sys
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -45,7 +46,10 @@ class ResumableSource:
     with the next unseen sample in the same order. Streaming sources
     (``webdataset``, ``table``) resume by dealing the epoch's shards or
     parts to the ranks again and skipping the samples already consumed:
-    nothing is lost or repeated, though consumed shards are read again.
+    nothing is lost or repeated. Shards consumed whole are not opened
+    again, where their sample counts are known (Parquet footers give
+    them; tar shards and Arrow batches once read to their end); a shard
+    consumed in part is read again, its consumed samples skipped.
 
     Args:
         source: A source from ``sources.sampler``, ``files``,
@@ -71,6 +75,10 @@ class ResumableSource:
         self._consumed: list[int] = []
         self._finished = False
         self._next_epoch = self._progress["epoch"]
+        # Streaming sources: the units' sample counts learned from the
+        # tracked pipelines, and the one being tracked (weakly).
+        self._sizes: dict[str, int] = {}
+        self._tracked: Callable[[], Any] = lambda: None
 
     @property
     def source(self) -> NativeSource:
@@ -79,9 +87,9 @@ class ResumableSource:
         if self._resume is None:
             return self._base
         if self._stream:
-            consumed = {str(u): _expand(r) for u, r in self._resume["consumed"].items()}
-            opts = {**self._base.options, "stream_resume": {"epoch": self._resume["epoch"], "consumed": consumed},
-                    "epoch": self._resume["epoch"]}
+            resume = {"epoch": self._resume["epoch"], "consumed": self._resume["consumed"],
+                      "sizes": self._resume.get("sizes", {})}
+            opts = {**self._base.options, "stream_resume": resume, "epoch": self._resume["epoch"]}
         else:
             opts = {**self._base.options, "resume": self._resume, "epoch": self._resume["epoch"]}
         return dataclasses.replace(self._base, options=opts)
@@ -102,10 +110,29 @@ class ResumableSource:
             self._progress = {"epoch": self._next_epoch, "prefix": 0}
         self._consumed, self._finished = [], False
         self._next_epoch = self._progress["epoch"] + 1
+        if self._stream:
+            try:
+                self._tracked = weakref.ref(pipeline)
+            except TypeError:
+                self._tracked = lambda: pipeline
         for batch in pipeline:
             self._consumed.extend(_ints(read(batch)))
             yield batch
         self._finished = True
+        self._learn_sizes()
+
+    def _learn_sizes(self) -> None:
+        """Keeps the unit sizes the tracked pipeline's source knows."""
+        p = self._tracked()
+        state = getattr(p, "_source_state", None)
+        if state is None:
+            return
+        try:
+            got = state()
+        except RuntimeError:
+            return  # closed: what it knew was kept when its epoch ended
+        for u, n in ((got or {}).get("sizes") or {}).items():
+            self._sizes[str(u)] = int(n)
 
     def local_state(self) -> dict[str, Any]:
         """This rank's progress in the current epoch: the batches handed to
@@ -113,6 +140,7 @@ class ResumableSource:
         job, every rank's goes to ``merge_states``; ``state_dict`` does
         that through torch.distributed."""
         if self._stream:
+            self._learn_sizes()
             return {
                 "version": 1,
                 "stream": True,
@@ -120,6 +148,7 @@ class ResumableSource:
                 "epoch": self._progress["epoch"],
                 "finished": self._finished,
                 "consumed": _ranges_by_unit(self._consumed),
+                "sizes": dict(self._sizes),
             }
         if self._finished:
             rank_state = None  # the epoch is done on this rank
@@ -145,12 +174,19 @@ class ResumableSource:
         if first.get("stream"):
             if all(s["finished"] for s in states):
                 return {"version": 1, "stream": True, "dataset": first["dataset"], "progress": {"epoch": first["epoch"] + 1, "consumed": {}}}
-            merged: dict[str, list[int]] = {}
+            merged: dict[str, list[list[int]]] = {}
+            sizes: dict[str, int] = {}
+            conflicts: set[str] = set()
             for s in states:
                 for u, r in s["consumed"].items():
-                    merged.setdefault(u, []).extend(_expand(r))
-            consumed = {u: _ranges(sorted(set(ks))) for u, ks in merged.items()}
-            return {"version": 1, "stream": True, "dataset": first["dataset"], "progress": {"epoch": first["epoch"], "consumed": consumed}}
+                    merged.setdefault(u, []).extend(r)
+                for u, n in (s.get("sizes") or {}).items():
+                    if sizes.setdefault(u, n) != n:
+                        conflicts.add(u)  # ranks disagree: the unit is read again
+            consumed = {u: _merge_runs(r) for u, r in sorted(merged.items(), key=lambda kv: int(kv[0]))}
+            sizes = {u: n for u, n in sizes.items() if u in consumed and u not in conflicts}
+            progress = {"epoch": first["epoch"], "consumed": consumed, "sizes": sizes}
+            return {"version": 1, "stream": True, "dataset": first["dataset"], "progress": progress}
         if all(s["finished"] for s in states):
             progress = {"epoch": first["epoch"] + 1, "prefix": 0}
         else:
@@ -208,8 +244,15 @@ def _ranges(ks: list[int]) -> list[list[int]]:
     return out
 
 
-def _expand(runs: list[list[int]]) -> list[int]:
-    return [k for a, b in runs for k in range(a, b)]
+def _merge_runs(runs: list[list[int]]) -> list[list[int]]:
+    """[start, end) runs, sorted, with overlapping and touching ones joined."""
+    out: list[list[int]] = []
+    for a, b in sorted(runs):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
 
 
 def _ranges_by_unit(ids: list[int]) -> dict[str, list[list[int]]]:

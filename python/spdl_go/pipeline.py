@@ -331,7 +331,7 @@ class PipelineStats:
                 f"{s.busy_s:>9.3f}{s.busy_fraction:>6.0%}{s.queue_mean_occupancy:>7.0%}"
                 f"{s.latency_p50_s * 1e3:>9.2f}{s.latency_p99_s * 1e3:>9.2f}"
             )
-        for s in self.stages:
+        for s in [self.source, *self.stages]:
             if s.auto:
                 lines.append(f"  {s.name}: concurrency auto (max {s.max_concurrency}): {s.tuning}")
             if s.op_stats:
@@ -531,6 +531,16 @@ class Pipeline:
         if _lib.LIB.spdl_pipeline_stats(self._h(), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
             raise RuntimeError(_lib.take_string(err.value))
         return PipelineStats._from(json.loads(_lib.take_string(out.value)))
+
+    def _source_state(self) -> Any:
+        """What the source knows that a checkpoint needs (see
+        ``spdl_pipeline_source_state``): None, or for streaming sources
+        ``{"sizes": {unit: samples}}``."""
+        out = ctypes.c_void_p()
+        err = ctypes.c_void_p()
+        if _lib.LIB.spdl_pipeline_source_state(self._h(), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
+            raise RuntimeError(_lib.take_string(err.value))
+        return json.loads(_lib.take_string(out.value))
 
     def start_trace(self, max_spans: int = 100_000) -> None:
         """Records the next ``max_spans`` op calls of every stage (start,

@@ -426,3 +426,50 @@ def test_streaming_sources_resume_onto_fewer_ranks(shards, tables, kind, before,
         with p.auto_stop():
             rest += [i for b in again.track(p) for i in ids(b)]
     assert len(seen) == 2 * before and sorted(seen + rest) == everything
+
+
+# Without a shuffle buffer, units are read one after another: the batches
+# consumed cover the first unit whole, which the resumed epoch never opens.
+@pytest.mark.parametrize("kind, batch, batches", [("webdataset", 2, 3), ("arrow", 3, 1), ("parquet", 2, 2)])
+def test_streaming_resume_skips_units_consumed_whole(shards, tables, kind, batch, batches):
+    def make() -> spdl_go.ResumableSource:
+        if kind == "webdataset":  # 3 shards of 4
+            src = sources.webdataset(str(shards / "shard-{0000..0002}.tar"), shuffle=True, seed=5, with_index=True)
+        elif kind == "arrow":  # 2 record batches of 2
+            src = sources.table(tables / "part-2.arrow", columns=["label"], shuffle=True, seed=5, with_index=True)
+        else:  # 2 row groups of 3
+            src = sources.table(tables / "part-0.parquet", columns=["label"], shuffle=True, seed=5, with_index=True)
+        return spdl_go.ResumableSource(src)
+
+    def pipeline(src):
+        return spdl_go.PipelineBuilder().add_source(src.source).aggregate(batch).pipe(ops.collate(numbers="tensor")).add_sink(2).build()
+
+    def ids(b) -> list[int]:
+        return np.from_dlpack(b["__index__"]).tolist()
+
+    first, seen = make(), []
+    p = pipeline(first)
+    with p.auto_stop():
+        for n, b in enumerate(first.track(p)):
+            seen += ids(b)
+            if n + 1 == batches:
+                break
+        state = json.loads(json.dumps(first.state_dict()))
+    p.close()
+    unit0 = str(seen[0] >> 32)
+    assert state["progress"]["sizes"][unit0] > 0, state
+    again = make()
+    again.load_state_dict(state)
+    p = pipeline(again)
+    with p.auto_stop():
+        rest = [i for b in again.track(p) for i in ids(b)]
+        st = p.stats()
+    p.close()
+    assert st.source.op_stats == {"resume_units_skipped": 1, "resume_samples_skipped": len(seen)}, st.format()
+    assert "resume_units_skipped 1" in st.format()
+    full = make()
+    p = pipeline(full)
+    with p.auto_stop():
+        everything = sorted(i for b in full.track(p) for i in ids(b))
+    p.close()
+    assert sorted(seen + rest) == everything and not set(seen) & set(rest)
