@@ -473,3 +473,72 @@ def test_streaming_resume_skips_units_consumed_whole(shards, tables, kind, batch
         everything = sorted(i for b in full.track(p) for i in ids(b))
     p.close()
     assert sorted(seen + rest) == everything and not set(seen) & set(rest)
+
+
+_UNREADABLE_SCRIPT = """
+import json, sys
+import spdl_go
+from spdl_go import ops, sources
+root = sys.argv[1]
+out = {}
+p = (spdl_go.PipelineBuilder().add_source(sources.image_folder(root + "/img", extensions="jpg"))
+     .pipe(ops.read_file(), concurrency=2).add_sink(4).build(max_failures=5))
+with p.auto_stop():
+    out["images"] = len(list(p))
+    out["image_errors"] = p.stats().recent_errors
+p.close()
+p = spdl_go.PipelineBuilder().add_source(sources.webdataset([root + "/a.tar", root + "/b.tar"])).add_sink(4).build(max_failures=5)
+with p.auto_stop():
+    out["samples"] = len(list(p))
+    out["shard_errors"] = p.stats().recent_errors
+p.close()
+try:
+    sources.files(root + "/locked")
+    out["listing"] = "listed"
+except Exception as e:
+    out["listing"] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+
+def test_unreadable_files_fail_their_items_only(tmp_path, shards):
+    """Files and shards without read permission fail alone, named; a
+    directory that cannot be listed fails the listing, named. Root reads
+    anything, so as root the check runs without CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH (setpriv, from util-linux)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    for cls in ("cat", "dog"):
+        for i in range(3):
+            p = tmp_path / "img" / cls / f"{i}.jpg"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(_jpeg((i, 0, 0)))
+    (tmp_path / "img" / "dog" / "1.jpg").chmod(0)
+    shutil.copy(shards / "shard-0000.tar", tmp_path / "a.tar")
+    shutil.copy(shards / "shard-0001.tar", tmp_path / "b.tar")
+    (tmp_path / "b.tar").chmod(0)
+    (tmp_path / "locked" / "sub").mkdir(parents=True)
+    (tmp_path / "locked" / "sub").chmod(0)
+    cmd = [sys.executable, "-c", _UNREADABLE_SCRIPT, str(tmp_path)]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "setpriv (util-linux) is needed to drop root's file-permission override"
+        drop = "-dac_override,-dac_read_search"
+        cmd = [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", *cmd]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    finally:
+        (tmp_path / "locked" / "sub").chmod(0o755)  # so that tmp_path can be removed
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["images"] == 5, got
+    (err,) = got["image_errors"]
+    assert "dog/1.jpg" in err and "permission denied" in err, err
+    assert got["samples"] == 4, got
+    (err,) = got["shard_errors"]
+    assert "b.tar" in err and "permission denied" in err, err
+    assert got["listing"].startswith("ValueError") or got["listing"].startswith("OSError"), got
+    assert "locked/sub" in got["listing"] and "permission denied" in got["listing"], got
