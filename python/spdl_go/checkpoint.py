@@ -102,8 +102,10 @@ class ResumableSource:
             pipeline: A pipeline built from ``self.source`` (iterating it
                 gives one epoch).
             index: Returns a batch's indices (a tensor, an Arrow array or a
-                sequence of ints). By default the last element of a tuple
-                or list batch, or ``batch["__index__"]`` of a dict batch.
+                sequence of ints). By default ``batch["__index__"]`` of a
+                dict batch, each sample's ``"__index__"`` in a list of
+                dicts (samples aggregated without collate), or else the
+                last element of a tuple or list batch.
         """
         read = index or _default_index
         if self._next_epoch != self._progress["epoch"] or self._consumed or self._finished:
@@ -268,6 +270,13 @@ def _default_index(batch: Any) -> Any:
         if "__index__" not in batch:
             raise KeyError("ResumableSource.track: the batch has no '__index__'; make the source with with_index=True or pass index=")
         return batch["__index__"]
+    if isinstance(batch, list) and batch and isinstance(batch[0], dict):
+        # Samples aggregated without collate.
+        try:
+            return [s["__index__"] for s in batch]
+        except KeyError:
+            raise KeyError("ResumableSource.track: a sample of the batch has no '__index__'; make the source with "
+                           "with_index=True or pass index=") from None
     if isinstance(batch, (tuple, list)) and batch:
         return batch[-1]
     raise TypeError(f"ResumableSource.track: cannot find the indices in a {type(batch).__name__}; pass index=")

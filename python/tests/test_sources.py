@@ -542,3 +542,18 @@ def test_unreadable_files_fail_their_items_only(tmp_path, shards):
     assert "b.tar" in err and "permission denied" in err, err
     assert got["listing"].startswith("ValueError") or got["listing"].startswith("OSError"), got
     assert "locked/sub" in got["listing"] and "permission denied" in got["listing"], got
+
+
+def test_track_reads_indices_of_uncollated_samples(shards):
+    src = spdl_go.ResumableSource(sources.webdataset(str(shards / "shard-{0000..0002}.tar"), with_index=True))
+    p = spdl_go.PipelineBuilder().add_source(src.source).aggregate(5).add_sink(2).build()
+    with p.auto_stop():
+        n = sum(len(b) for b in src.track(p))
+    p.close()
+    assert n == 12
+    assert src.local_state()["consumed"] == {"0": [[0, 4]], "1": [[0, 4]], "2": [[0, 4]]}
+    bare = spdl_go.ResumableSource(sources.webdataset(str(shards / "shard-0000.tar")))
+    p = spdl_go.PipelineBuilder().add_source(bare.source).aggregate(5).add_sink(2).build()
+    with p.auto_stop(), pytest.raises(KeyError, match="with_index=True"):
+        next(iter(bare.track(p)))
+    p.close()
