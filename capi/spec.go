@@ -57,10 +57,11 @@ type sourceSpec struct {
 	Listing   *listingSpec      `json:"listing"`    // items listed in Go (files, image_folder)
 	WithIndex bool              `json:"with_index"` // add each item's dataset index
 	// kind "webdataset" (also uses the sampler fields except n)
-	URLs          []string          `json:"urls"` // shard paths or brace patterns
-	Required      []string          `json:"required"`
-	Decode        map[string]string `json:"decode"`
-	ShuffleBuffer int               `json:"shuffle_buffer"`
+	URLs           []string          `json:"urls"` // shard paths or brace patterns
+	Required       []string          `json:"required"`
+	Decode         map[string]string `json:"decode"`
+	ShuffleBuffer  int               `json:"shuffle_buffer"`
+	PrefetchShards *int              `json:"prefetch_shards"` // shards opened ahead (nil: the default)
 	// kind "table" (also urls, shuffle_buffer and the sampler fields)
 	Columns   []string `json:"columns"`
 	Scalars   bool     `json:"scalars"`
@@ -338,10 +339,20 @@ func webdatasetSource(s *sourceSpec) (pipeline.Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	prefetch := 0 // TarOptions' default
+	if p := s.PrefetchShards; p != nil {
+		if *p < 0 {
+			return nil, fmt.Errorf("webdataset: prefetch_shards must be >= 0, got %d", *p)
+		}
+		prefetch = *p
+		if *p == 0 {
+			prefetch = -1 // none ahead
+		}
+	}
 	return sources.NewTarSource(sources.TarOptions{
 		Shards: shards, Shuffle: s.Shuffle, Seed: s.Seed, World: s.World, Rank: s.Rank, DropLast: s.DropLast,
 		ShuffleBuffer: s.ShuffleBuffer, Required: s.Required, Decode: s.Decode, Epoch: s.Epoch, Open: client.Open,
-		WithIndex: s.WithIndex, Resume: s.StreamResume,
+		WithIndex: s.WithIndex, Resume: s.StreamResume, Prefetch: prefetch,
 	})
 }
 

@@ -52,6 +52,13 @@ type TarOptions struct {
 	Epoch int64
 	// Open reads a shard; nil means os.Open.
 	Open func(ctx context.Context, name string) (io.ReadCloser, error)
+	// Prefetch is how many shards are opened ahead of the one being read
+	// (0 means 2; < 0, none). Every open shard is read up to
+	// ReadAheadBytes ahead of the samples taken from it, in a goroutine,
+	// so that a remote shard's requests wait while samples are read.
+	Prefetch int
+	// ReadAheadBytes bounds each open shard's read-ahead (0 means 16 MiB).
+	ReadAheadBytes int
 	// WithIndex gives each sample "__index__": SampleID(shard, its number
 	// in the shard), for checkpoints (StreamResume).
 	WithIndex bool
@@ -97,6 +104,12 @@ func NewTarSource(o TarOptions) (*TarSource, error) {
 	if o.Open == nil {
 		o.Open = func(_ context.Context, name string) (io.ReadCloser, error) { return os.Open(name) }
 	}
+	if o.Prefetch == 0 {
+		o.Prefetch = 2
+	}
+	if o.ReadAheadBytes <= 0 {
+		o.ReadAheadBytes = 16 << 20
+	}
 	cfg := sampler.Config{N: int64(len(o.Shards)), Shuffle: o.Shuffle, Seed: o.Seed, World: o.World, Rank: o.Rank, DropLast: o.DropLast}
 	if cfg.World == 0 {
 		cfg.World = 1
@@ -141,6 +154,8 @@ type tarIter struct {
 
 	name string // the shard being read
 	rc   io.ReadCloser
+	// Shards opened ahead, in plan order, each reading in its goroutine.
+	ahead []*aheadShard
 	tail *tailReader // under tr: tells a complete archive from a cut one
 	tr   *tar.Reader
 	hdr  *tar.Header // a member whose data is next, held back while the sample before it was returned
@@ -173,23 +188,24 @@ func (it *tarIter) read(ctx context.Context) (any, error) {
 			return nil, err
 		}
 		if it.tr == nil {
-			if it.next >= it.plan.Len() {
+			prefetch := max(it.s.o.Prefetch, 0)
+			it.fillAhead(ctx, prefetch+1)
+			if len(it.ahead) == 0 {
 				return nil, io.EOF
 			}
-			_, idx, _ := it.plan.At(it.next)
-			it.next++
-			if n, ok := it.skip.done(idx); ok {
-				it.s.units.unitsSkipped.Add(1)
-				it.s.units.samplesSkipped.Add(n)
-				continue
-			}
-			it.name, it.unit, it.k = it.s.o.Shards[idx], idx, 0
-			rc, err := it.s.o.Open(ctx, it.name)
-			if err != nil {
+			a := it.ahead[0]
+			it.ahead = it.ahead[1:]
+			it.fillAhead(ctx, prefetch) // the next shards open while this one is read
+			it.name, it.unit, it.k = it.s.o.Shards[a.idx], a.idx, 0
+			if err := a.r.wait(ctx); err != nil {
+				a.r.Close()
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
 				return nil, &pipeline.ItemFailure{Item: it.name, Err: err}
 			}
-			it.tail = &tailReader{r: bufio.NewReaderSize(rc, 256<<10)}
-			it.rc, it.tr, it.cur, it.last = rc, tar.NewReader(it.tail), nil, ""
+			it.tail = &tailReader{r: bufio.NewReaderSize(a.r, 256<<10)}
+			it.rc, it.tr, it.cur, it.last = a.r, tar.NewReader(it.tail), nil, ""
 		}
 		hdr, err := it.hdr, error(nil)
 		if hdr != nil {
@@ -267,6 +283,27 @@ func (it *tarIter) read(ctx context.Context) (any, error) {
 		}
 		it.cur.fields = append(it.cur.fields, ext)
 		it.cur.data = append(it.cur.data, data.Bytes())
+	}
+}
+
+// aheadShard is a shard opened before its turn.
+type aheadShard struct {
+	idx int64
+	r   *readAhead
+}
+
+// fillAhead opens the plan's next shards until want of them are open
+// and waiting, passing over those a resumed epoch consumed whole.
+func (it *tarIter) fillAhead(ctx context.Context, want int) {
+	for len(it.ahead) < want && it.next < it.plan.Len() {
+		_, idx, _ := it.plan.At(it.next)
+		it.next++
+		if n, ok := it.skip.done(idx); ok {
+			it.s.units.unitsSkipped.Add(1)
+			it.s.units.samplesSkipped.Add(n)
+			continue
+		}
+		it.ahead = append(it.ahead, &aheadShard{idx: idx, r: startReadAhead(ctx, it.s.o.Open, it.s.o.Shards[idx], it.s.o.ReadAheadBytes)})
 	}
 }
 
@@ -370,6 +407,10 @@ func (it *tarIter) complete(s *tarSample) (any, error) {
 
 func (it *tarIter) Close() error {
 	it.closeShard()
+	for _, a := range it.ahead {
+		a.r.Close()
+	}
+	it.ahead = nil
 	it.shuf.drop(value.Release)
 	return nil
 }

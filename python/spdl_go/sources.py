@@ -307,6 +307,7 @@ def webdataset(
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
     with_index: bool = False,
+    prefetch_shards: int = 2,
 ) -> NativeSource:
     """Samples from tar shards in the WebDataset layout, read in Go.
 
@@ -332,6 +333,11 @@ def webdataset(
         timeout, retries, s3: Remote reads, as in ``ops.read_file``: shards
             may be ``http(s)://`` or ``s3://`` URLs, streamed in 8 MiB range
             requests (a failed one is retried, not the whole shard).
+        prefetch_shards: Shards opened ahead of the one being read. Each
+            open shard is read up to 16 MiB ahead in a Go thread, so the
+            next range request, and the next shard's first, wait on the
+            network while samples are taken; raise it for many small
+            remote shards, 0 opens each shard only at its turn.
 
     A shard that is missing, truncated or corrupt fails as one item after
     the samples before the damage; the next shard goes on. The source
@@ -350,6 +356,8 @@ def webdataset(
         raise ValueError("webdataset: no shards given")
     if not isinstance(shuffle_buffer, int) or isinstance(shuffle_buffer, bool) or shuffle_buffer < 0:
         raise ValueError(f"webdataset: shuffle_buffer must be an int >= 0, got {shuffle_buffer!r}")
+    if not isinstance(prefetch_shards, int) or isinstance(prefetch_shards, bool) or prefetch_shards < 0:
+        raise ValueError(f"webdataset: prefetch_shards must be an int >= 0, got {prefetch_shards!r}")
     options = _sampler_options("webdataset", shuffle, seed, drop_last, rank, world_size, epoch)
     from ._storage import storage_options
 
@@ -360,6 +368,7 @@ def webdataset(
         shuffle_buffer=shuffle_buffer,
         storage=storage_options(timeout, retries, s3, "webdataset"),
         with_index=bool(with_index),
+        prefetch_shards=prefetch_shards,
     )
     return NativeSource("webdataset", options)
 

@@ -213,11 +213,22 @@ def test_webdataset_bad_shards_fail_alone(shards):
         ({"decode": {"cls": "yaml"}}, 'unknown decoder "yaml"'),
         ({"required": (".jpg",)}, "without the dot"),
         ({"shuffle_buffer": -1}, "shuffle_buffer must be an int >= 0"),
+        ({"prefetch_shards": -1}, "prefetch_shards must be an int >= 0"),
+        ({"prefetch_shards": 1.5}, "prefetch_shards must be an int >= 0"),
     ],
 )
 def test_webdataset_options_are_checked(shards, kwargs, match):
     with pytest.raises(ValueError, match=match):
         spdl_go.PipelineBuilder().add_source(sources.webdataset(str(shards / "shard-0000.tar"), **kwargs)).add_sink(1).build()
+
+
+def test_webdataset_prefetch_keeps_the_epoch(shards):
+    def keys(**kw) -> list[str]:
+        src = sources.webdataset(str(shards / "shard-{0000..0002}.tar"), shuffle=True, seed=4, **kw)
+        return [s["__key__"] for s in _drain(src)]
+
+    want = keys(prefetch_shards=0)
+    assert len(want) == 12 and keys() == want and keys(prefetch_shards=5) == want
 
 
 def test_webdataset_bad_pattern(shards):
