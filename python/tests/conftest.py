@@ -17,7 +17,9 @@ def no_leaks():
     yield
     gc.collect()
     after = spdl_go.memory_stats()
-    assert after["live_tensors"] == before["live_tensors"], (before, after)
-    assert after["live_bytes"] == before["live_bytes"], (before, after)
+    # At most as many as before: a leak adds; a pipeline an earlier test
+    # closed in the background may still be handing tensors back.
+    assert after["live_tensors"] <= before["live_tensors"], (before, after)
+    assert after["live_bytes"] <= before["live_bytes"], (before, after)
     assert spdl_go.arrow_allocated_bytes() <= arrow
     assert _codec.live_objects() <= objects
