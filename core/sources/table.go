@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
@@ -85,6 +86,7 @@ type part struct {
 // column, fails as one item per epoch, naming it, and the rest is read.
 type TableSource struct {
 	o     TableOptions
+	meta  []*metadata.FileMetaData // Parquet footers by file, read once
 	parts []part
 	rows  int64
 	units *unitEpochs
@@ -121,14 +123,14 @@ func NewTableSource(o TableOptions) (*TableSource, error) {
 	if o.Open == nil {
 		o.Open = func(_ context.Context, name string) (File, error) { return os.Open(name) }
 	}
-	s := &TableSource{o: o}
+	s := &TableSource{o: o, meta: make([]*metadata.FileMetaData, len(o.Paths))}
 	good := 0
 	for i, p := range o.Paths {
 		f, err := formatOf(p)
 		if err != nil {
 			return nil, err
 		}
-		counts, err := s.partRows(f, p)
+		counts, err := s.partRows(f, i)
 		if err != nil {
 			s.parts = append(s.parts, part{file: i, err: err})
 			continue
@@ -172,16 +174,19 @@ func (s *TableSource) OpStats() map[string]int64 { return s.units.opStats() }
 // together (Arrow IPC footers do not record row counts).
 func (s *TableSource) Rows() int64 { return s.rows }
 
-// partRows opens a file and returns its parts' row counts, checking that
-// the selected columns exist.
-func (s *TableSource) partRows(f tableFormat, path string) ([]int64, error) {
-	t, err := openTable(context.Background(), s.o.Open, f, path)
+// partRows opens file i and returns its parts' row counts, checking that
+// the selected columns exist. A Parquet footer is kept for the epochs.
+func (s *TableSource) partRows(f tableFormat, i int) ([]int64, error) {
+	t, err := openTable(context.Background(), s.o.Open, f, s.o.Paths[i], nil)
 	if err != nil {
 		return nil, err
 	}
 	defer t.close()
 	if _, err := t.columns(s.o.Columns); err != nil {
 		return nil, err
+	}
+	if t.pqFile != nil {
+		s.meta[i] = t.pqFile.MetaData()
 	}
 	return t.partRows(), nil
 }
@@ -211,6 +216,7 @@ type tableIter struct {
 
 	shuf *shuffler
 
+	rg   int      // the part's row group (or record batch) in its file
 	unit int64    // the part being read: its index in parts
 	k    int64    // rows of the part taken so far
 	skip *skipSet // a resumed epoch's consumed rows
@@ -250,6 +256,9 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 			name := it.recs.name
 			it.recs.close()
 			it.recs = nil
+			if it.t.spans != nil {
+				it.t.spans.drop(it.rg)
+			}
 			if !errors.Is(err, io.EOF) {
 				return nil, &pipeline.ItemFailure{Item: name, Err: err}
 			}
@@ -274,11 +283,43 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 		if err := it.openFile(ctx, p.file); err != nil {
 			return nil, &pipeline.ItemFailure{Item: path, Err: err}
 		}
+		it.rg = p.index
+		it.prefetch(p)
 		recs, err := it.t.part(ctx, p.index, it.cols, it.s.o.BatchRows)
 		if err != nil {
 			return nil, &pipeline.ItemFailure{Item: it.t.partName(p.index), Err: err}
 		}
 		it.recs = recs
+	}
+}
+
+// prefetch starts fetching the Parquet row group p, and the plan's next
+// one if it is in the same file, so that each is read in a few requests
+// made at once while the rows before it are taken.
+func (it *tableIter) prefetch(p part) {
+	sf := it.t.spans
+	if sf == nil {
+		return
+	}
+	leaves, err := it.t.leafColumns(it.cols)
+	if err != nil {
+		return // the read reports it
+	}
+	md := it.s.meta[p.file]
+	if r, ok := chunkRanges(md, p.index, leaves); ok {
+		sf.fetch(p.index, r)
+	}
+	if it.next >= it.plan.Len() {
+		return
+	}
+	_, idx, _ := it.plan.At(it.next)
+	if _, whole := it.skip.done(idx); whole {
+		return
+	}
+	if q := it.s.parts[idx]; q.file == p.file && q.err == nil {
+		if r, ok := chunkRanges(md, q.index, leaves); ok {
+			sf.fetch(q.index, r)
+		}
 	}
 }
 
@@ -289,7 +330,7 @@ func (it *tableIter) openFile(ctx context.Context, i int) error {
 	it.closeFile()
 	path := it.s.o.Paths[i]
 	f, _ := formatOf(path)
-	t, err := openTable(ctx, it.s.o.Open, f, path)
+	t, err := openTable(ctx, it.s.o.Open, f, path, it.s.meta[i])
 	if err != nil {
 		return err
 	}
@@ -399,13 +440,16 @@ func scalar(a arrow.Array, i int) (any, bool) {
 type table struct {
 	path   string
 	f      File
+	spans  *spanFile // Parquet: reads through the row groups fetched ahead
 	pq     *pqarrow.FileReader
 	pqFile *file.Reader
 	ipc    *ipc.FileReader
 	schema *arrow.Schema
 }
 
-func openTable(ctx context.Context, open func(context.Context, string) (File, error), format tableFormat, path string) (*table, error) {
+// openTable opens a file; md, if known, is its Parquet footer (which is
+// then not read again).
+func openTable(ctx context.Context, open func(context.Context, string) (File, error), format tableFormat, path string, md *metadata.FileMetaData) (*table, error) {
 	f, err := open(ctx, path)
 	if err != nil {
 		return nil, err
@@ -413,9 +457,14 @@ func openTable(ctx context.Context, open func(context.Context, string) (File, er
 	t := &table{path: path, f: f}
 	switch format {
 	case formatParquet:
-		pf, err := file.NewParquetReader(f, file.WithReadProps(parquet.NewReaderProperties(columnar.Allocator)))
+		t.spans = newSpanFile(f)
+		opts := []file.ReadOption{file.WithReadProps(parquet.NewReaderProperties(columnar.Allocator))}
+		if md != nil {
+			opts = append(opts, file.WithMetadata(md))
+		}
+		pf, err := file.NewParquetReader(t.spans, opts...)
 		if err != nil {
-			f.Close()
+			t.spans.Close()
 			return nil, fmt.Errorf("not a readable Parquet file: %w", err)
 		}
 		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, columnar.Allocator)

@@ -1,0 +1,174 @@
+package sources_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spdl-go/spdl-go/core/sources"
+	"github.com/spdl-go/spdl-go/core/value"
+)
+
+// countingFile records the ReadAt calls made on a table file, and fails
+// those longer than failOver bytes (when > 0).
+type countingFile struct {
+	*os.File
+	mu       *sync.Mutex
+	reads    *[][2]int64 // offset, length
+	failOver *int64
+}
+
+func (f countingFile) ReadAt(p []byte, off int64) (int, error) {
+	f.mu.Lock()
+	*f.reads = append(*f.reads, [2]int64{off, int64(len(p))})
+	over := *f.failOver
+	f.mu.Unlock()
+	if over > 0 && int64(len(p)) > over {
+		return 0, errors.New("injected read failure")
+	}
+	return f.File.ReadAt(p, off)
+}
+
+// Reading an epoch of a Parquet file fetches each row group's selected
+// column chunks in one request made ahead, not one per column chunk, and
+// does not read the footer again; a failed fetch falls back to the file.
+func TestParquetRowGroupsAreFetchedAhead(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.parquet")
+	writeParquet(t, path, 0, 40, 40, 40, 40, 40)
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// epoch reads the file and returns the reads made after the source
+	// was built (which reads the footer).
+	epoch := func(t *testing.T, columns []string, failOver int64) [][2]int64 {
+		var mu sync.Mutex
+		var reads [][2]int64
+		var over int64 // the footer is read whole, when the source is built
+		open := func(_ context.Context, name string) (sources.File, error) {
+			f, err := os.Open(name)
+			if err != nil {
+				return nil, err
+			}
+			return countingFile{File: f, mu: &mu, reads: &reads, failOver: &over}, nil
+		}
+		src, err := sources.NewTableSource(sources.TableOptions{Paths: []string{path}, Columns: columns, Open: open, Scalars: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		reads, over = nil, failOver
+		mu.Unlock()
+		got := readTable(t, src)
+		if len(got.rows) != 200 || len(got.failures) != 0 {
+			t.Fatalf("%d rows, failures %v", len(got.rows), got.failures)
+		}
+		for i, r := range got.rows {
+			if v, _ := r.Get("img"); fmt.Sprintf("%s", v) != fmt.Sprintf("img-%d", i) {
+				t.Fatalf("row %d: img %s", i, v)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range reads {
+			if r[0]+r[1] > st.Size()-8 {
+				t.Errorf("read [%d, +%d) of the footer again", r[0], r[1])
+			}
+		}
+		return reads
+	}
+	all := epoch(t, nil, 0)
+	if len(all) != 5 {
+		t.Fatalf("%d reads for 5 row groups, want one each: %v", len(all), all)
+	}
+	if two := epoch(t, []string{"img", "text"}, 0); len(two) != 5 {
+		t.Fatalf("%d reads for 5 row groups of two columns, want one each: %v", len(two), two)
+	}
+	// After the first row, the second row group is being fetched too.
+	{
+		var mu sync.Mutex
+		var reads [][2]int64
+		var over int64
+		src, err := sources.NewTableSource(sources.TableOptions{Paths: []string{path}, Scalars: true,
+			Open: func(_ context.Context, name string) (sources.File, error) {
+				f, err := os.Open(name)
+				if err != nil {
+					return nil, err
+				}
+				return countingFile{File: f, mu: &mu, reads: &reads, failOver: &over}, nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		reads = nil
+		mu.Unlock()
+		it, err := src.Open(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := it.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		value.Release(v)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			mu.Lock()
+			n := len(reads)
+			mu.Unlock()
+			if n >= 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the first row, %d row groups fetched, want 2", n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		it.Close()
+	}
+	// Every fetch of three column chunks fails; each chunk is then read
+	// from the file alone.
+	smallest := slices.MinFunc(all, func(a, b [2]int64) int { return int(a[1] - b[1]) })
+	if again := epoch(t, nil, smallest[1]-1); len(again) != 5+5*3 {
+		t.Fatalf("%d reads, want 5 failed fetches and 15 column chunks: %v", len(again), again)
+	}
+}
+
+// With a shuffle over files and two ranks, the next row group fetched
+// is the plan's, and every row is read once.
+func TestParquetFetchAheadFollowsThePlan(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	var paths []string
+	for i := range 3 {
+		p := filepath.Join(dir, fmt.Sprintf("t%d.parquet", i))
+		writeParquet(t, p, i*100, 50, 50)
+		paths = append(paths, p)
+	}
+	var all []string
+	for rank := range 2 {
+		src, err := sources.NewTableSource(sources.TableOptions{Paths: paths, Shuffle: true, Seed: 9, World: 2, Rank: rank, Scalars: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range readTable(t, src).rows {
+			v, _ := r.Get("img")
+			all = append(all, fmt.Sprintf("%s", v))
+		}
+	}
+	slices.Sort(all)
+	if len(all) != 300 || len(slices.Compact(slices.Clone(all))) != 300 {
+		t.Fatalf("%d rows over the ranks, want 300 distinct", len(all))
+	}
+}
