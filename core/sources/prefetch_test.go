@@ -135,13 +135,23 @@ func TestTarPrefetchKeepsTheEpoch(t *testing.T) {
 		shards = append(shards, p)
 	}
 	shards = slices.Insert(shards, 2, filepath.Join(dir, "missing.tar"))
+	var size int64
+	for _, s := range shards {
+		if st, err := os.Stat(s); err == nil {
+			size += st.Size()
+		}
+	}
 	var runs [][]string
 	for _, prefetch := range []int{-1, 0, 3} {
-		r := readAll(t, mustTar(t, sources.TarOptions{Shards: shards, Prefetch: prefetch, ReadAheadBytes: 1, Shuffle: true, Seed: 3}))
+		src := mustTar(t, sources.TarOptions{Shards: shards, Prefetch: prefetch, ReadAheadBytes: 1, Shuffle: true, Seed: 3})
+		r := readAll(t, src)
 		if len(r.failures) != 1 || !strings.Contains(r.failures[0], "missing.tar: open") {
 			t.Fatalf("prefetch %d: failures %v", prefetch, r.failures)
 		}
 		runs = append(runs, r.keys)
+		if st := src.OpStats(); st["shards_opened"] != 4 || st["bytes_read"] != size || st["read_wait_ms"] < 0 {
+			t.Errorf("prefetch %d: op stats %v, want 4 shards and %d bytes", prefetch, st, size)
+		}
 	}
 	if !slices.Equal(runs[0], runs[1]) || !slices.Equal(runs[0], runs[2]) || len(runs[0]) != 20 {
 		t.Fatalf("epochs differ with prefetch:\n%v\n%v\n%v", runs[0], runs[1], runs[2])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"time"
 )
 
 // readAheadPiece is how much one read of the underlying stream asks for.
@@ -16,6 +17,7 @@ const readAheadPiece = 1 << 20
 // while the last one is consumed. The goroutine is owned by the
 // readAhead: Close cancels its context and waits for it.
 type readAhead struct {
+	stats  *ioStats // counts the bytes read and the waits for them (nil: none)
 	cancel context.CancelFunc
 	opened chan struct{} // closed once open has returned
 	openErr error
@@ -38,9 +40,9 @@ var piecePool = sync.Pool{New: func() any { b := make([]byte, readAheadPiece); r
 
 // startReadAhead opens name with open in a new goroutine and reads ahead
 // up to budget bytes (at least one piece).
-func startReadAhead(ctx context.Context, open func(context.Context, string) (io.ReadCloser, error), name string, budget int) *readAhead {
+func startReadAhead(ctx context.Context, open func(context.Context, string) (io.ReadCloser, error), name string, budget int, stats *ioStats) *readAhead {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &readAhead{cancel: cancel, opened: make(chan struct{}), pieces: make(chan readAheadResult, max(budget/readAheadPiece, 1))}
+	r := &readAhead{stats: stats, cancel: cancel, opened: make(chan struct{}), pieces: make(chan readAheadResult, max(budget/readAheadPiece, 1))}
 	r.done.Add(1)
 	go func() {
 		defer r.done.Done()
@@ -87,7 +89,7 @@ func (r *readAhead) Read(p []byte) (int, error) {
 		if r.err != nil {
 			return 0, r.err
 		}
-		res, ok := <-r.pieces
+		res, ok := r.receive()
 		if !ok { // the goroutine stopped early: cancelled
 			r.err = context.Canceled
 			if r.openErr != nil {
@@ -101,6 +103,29 @@ func (r *readAhead) Read(p []byte) (int, error) {
 	n := copy(p, r.cur)
 	r.cur = r.cur[n:]
 	return n, nil
+}
+
+// receive takes the next piece, counting the time if it has to wait.
+func (r *readAhead) receive() (readAheadResult, bool) {
+	select {
+	case res, ok := <-r.pieces:
+		r.count(res, ok)
+		return res, ok
+	default:
+	}
+	t0 := time.Now()
+	res, ok := <-r.pieces
+	if r.stats != nil {
+		r.stats.waited(t0)
+	}
+	r.count(res, ok)
+	return res, ok
+}
+
+func (r *readAhead) count(res readAheadResult, ok bool) {
+	if ok && r.stats != nil {
+		r.stats.bytes.Add(int64(res.n))
+	}
 }
 
 func (r *readAhead) release() {

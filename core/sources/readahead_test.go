@@ -26,7 +26,7 @@ func TestReadAheadIsByteExact(t *testing.T) {
 			want := make([]byte, size)
 			rand.NewChaCha8([32]byte{byte(size)}).Read(want) //nolint:errcheck
 			// Small, odd reads below and above.
-			r := startReadAhead(context.Background(), nopOpen(iotest.HalfReader(bytes.NewReader(want))), "x", budget)
+			r := startReadAhead(context.Background(), nopOpen(iotest.HalfReader(bytes.NewReader(want))), "x", budget, nil)
 			got, err := io.ReadAll(iotest.OneByteReader(io.LimitReader(r, 7)))
 			if err != nil {
 				t.Fatal(err)
@@ -51,14 +51,14 @@ func TestReadAheadErrors(t *testing.T) {
 	boom := errors.New("boom")
 	// The data before a failure comes first, then the failure.
 	data := bytes.Repeat([]byte("x"), readAheadPiece+100)
-	r := startReadAhead(context.Background(), nopOpen(io.MultiReader(bytes.NewReader(data), iotest.ErrReader(boom))), "x", 0)
+	r := startReadAhead(context.Background(), nopOpen(io.MultiReader(bytes.NewReader(data), iotest.ErrReader(boom))), "x", 0, nil)
 	got, err := io.ReadAll(r)
 	if !errors.Is(err, boom) || len(got) != len(data) {
 		t.Fatalf("read %d bytes, err %v; want %d, then boom", len(got), err, len(data))
 	}
 	r.Close()
 	// A failed open is wait's answer, and Read's.
-	r = startReadAhead(context.Background(), func(context.Context, string) (io.ReadCloser, error) { return nil, boom }, "x", 0)
+	r = startReadAhead(context.Background(), func(context.Context, string) (io.ReadCloser, error) { return nil, boom }, "x", 0, nil)
 	if err := r.wait(context.Background()); !errors.Is(err, boom) {
 		t.Fatalf("wait: %v", err)
 	}
@@ -81,7 +81,7 @@ func TestReadAheadCloseStopsItsGoroutine(t *testing.T) {
 	// Closed with the budget full and the goroutine waiting to send more.
 	closed := 0
 	endless := closeCounter{Reader: rand.NewChaCha8([32]byte{1}), closed: &closed}
-	r := startReadAhead(context.Background(), func(context.Context, string) (io.ReadCloser, error) { return endless, nil }, "x", 2*readAheadPiece)
+	r := startReadAhead(context.Background(), func(context.Context, string) (io.ReadCloser, error) { return endless, nil }, "x", 2*readAheadPiece, nil)
 	if _, err := r.Read(make([]byte, 10)); err != nil {
 		t.Fatal(err)
 	}
@@ -94,12 +94,12 @@ func TestReadAheadCloseStopsItsGoroutine(t *testing.T) {
 	r = startReadAhead(context.Background(), func(ctx context.Context, _ string) (io.ReadCloser, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
-	}, "x", 0)
+	}, "x", 0, nil)
 	r.Close()
 	// The epoch's context ends: wait returns.
 	ctx, cancel := context.WithCancel(context.Background())
 	block := make(chan struct{})
-	r = startReadAhead(ctx, func(context.Context, string) (io.ReadCloser, error) { <-block; return nil, io.EOF }, "x", 0)
+	r = startReadAhead(ctx, func(context.Context, string) (io.ReadCloser, error) { <-block; return nil, io.EOF }, "x", 0, nil)
 	cancel()
 	if err := r.wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("wait after cancel: %v", err)

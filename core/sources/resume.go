@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/spdl-go/spdl-go/core/sampler"
 )
@@ -129,7 +130,18 @@ type unitEpochs struct {
 	opened atomic.Int64
 	// Counters of the resumed epoch, for OpStats.
 	unitsSkipped, samplesSkipped atomic.Int64
+	io                           ioStats
 }
+
+// ioStats count a streaming source's reads over all its epochs, for
+// OpStats: where a source's time goes when it is the bottleneck.
+type ioStats struct {
+	units  atomic.Int64 // shards or row groups opened
+	bytes  atomic.Int64 // bytes read from them
+	waitNs atomic.Int64 // time Next spent waiting for those bytes
+}
+
+func (s *ioStats) waited(t0 time.Time) { s.waitNs.Add(int64(time.Since(t0))) }
 
 func newUnitEpochs(cfg sampler.Config, first int64, r *StreamResume, buffer int) (*unitEpochs, error) {
 	skip, err := newSkipSet(r, cfg.N)
@@ -169,16 +181,19 @@ func (u *unitEpochs) next() (*sampler.Plan, *skipSet, *shuffler, error) {
 	return pl, skip, shuf, nil
 }
 
-// opStats are the resume counters that the sources report; none without
-// a resume.
-func (u *unitEpochs) opStats() map[string]int64 {
-	if u.resume == nil {
-		return nil
+// opStats are the read counters that the sources report, under the name
+// of their units, and with a resume, what it skipped.
+func (u *unitEpochs) opStats(units string) map[string]int64 {
+	m := map[string]int64{
+		units + "_opened": u.io.units.Load(),
+		"bytes_read":      u.io.bytes.Load(),
+		"read_wait_ms":    u.io.waitNs.Load() / 1e6,
 	}
-	return map[string]int64{
-		"resume_units_skipped":   u.unitsSkipped.Load(),
-		"resume_samples_skipped": u.samplesSkipped.Load(),
+	if u.resume != nil {
+		m["resume_units_skipped"] = u.unitsSkipped.Load()
+		m["resume_samples_skipped"] = u.samplesSkipped.Load()
 	}
+	return m
 }
 
 // streamState is a streaming source's SourceState.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 )
@@ -27,6 +28,7 @@ type spanFile struct {
 	mu    sync.Mutex
 	parts map[int][]*span // fetched spans by row group
 	wg    sync.WaitGroup
+	stats *ioStats // if set, counts the reader's reads and waits
 }
 
 type span struct {
@@ -89,6 +91,10 @@ func (f *spanFile) find(off int64, n int) *span {
 // if it is being read; otherwise, or if its read failed, from the file
 // (which retries, and whose error is then the one that counts).
 func (f *spanFile) ReadAt(p []byte, off int64) (int, error) {
+	if f.stats != nil {
+		defer f.stats.waited(time.Now())
+		f.stats.bytes.Add(int64(len(p)))
+	}
 	if s := f.find(off, len(p)); s != nil {
 		<-s.done
 		if s.err == nil {

@@ -80,10 +80,15 @@ func TestParquetRowGroupsAreFetchedAhead(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		var fetched int64
 		for _, r := range reads {
 			if r[0]+r[1] > st.Size()-8 {
 				t.Errorf("read [%d, +%d) of the footer again", r[0], r[1])
 			}
+			fetched += r[1]
+		}
+		if ops := src.OpStats(); ops["parts_opened"] != 5 || ops["bytes_read"] <= 0 || ops["bytes_read"] > fetched {
+			t.Errorf("op stats %v: want 5 parts, and at most the %d bytes fetched read", ops, fetched)
 		}
 		return reads
 	}

@@ -167,8 +167,10 @@ func (s *TableSource) UnitSizes() map[int64]int64 { return s.units.sizes.snapsho
 // SourceState is what a checkpoint needs of the source (pipeline.StateReporter).
 func (s *TableSource) SourceState() any { return streamState{Sizes: s.UnitSizes()} }
 
-// OpStats counts what a resumed epoch skipped (pipeline.OpStatsReporter).
-func (s *TableSource) OpStats() map[string]int64 { return s.units.opStats() }
+// OpStats counts the parts (row groups, record batches) opened, the
+// Parquet bytes read and the time spent waiting for them, and what a
+// resumed epoch skipped (pipeline.OpStatsReporter).
+func (s *TableSource) OpStats() map[string]int64 { return s.units.opStats("parts") }
 
 // Rows is the number of rows in the readable Parquet files, all ranks
 // together (Arrow IPC footers do not record row counts).
@@ -256,9 +258,7 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 			name := it.recs.name
 			it.recs.close()
 			it.recs = nil
-			if it.t.spans != nil {
-				it.t.spans.drop(it.rg)
-			}
+			it.t.spans.drop(it.rg)
 			if !errors.Is(err, io.EOF) {
 				return nil, &pipeline.ItemFailure{Item: name, Err: err}
 			}
@@ -284,6 +284,7 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 			return nil, &pipeline.ItemFailure{Item: path, Err: err}
 		}
 		it.rg = p.index
+		it.s.units.io.units.Add(1)
 		it.prefetch(p)
 		recs, err := it.t.part(ctx, p.index, it.cols, it.s.o.BatchRows)
 		if err != nil {
@@ -298,8 +299,8 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 // made at once while the rows before it are taken.
 func (it *tableIter) prefetch(p part) {
 	sf := it.t.spans
-	if sf == nil {
-		return
+	if it.t.pq == nil {
+		return // Arrow IPC: read batch by batch
 	}
 	leaves, err := it.t.leafColumns(it.cols)
 	if err != nil {
@@ -331,6 +332,9 @@ func (it *tableIter) openFile(ctx context.Context, i int) error {
 	path := it.s.o.Paths[i]
 	f, _ := formatOf(path)
 	t, err := openTable(ctx, it.s.o.Open, f, path, it.s.meta[i])
+	if err == nil {
+		t.spans.stats = &it.s.units.io
+	}
 	if err != nil {
 		return err
 	}
@@ -440,7 +444,7 @@ func scalar(a arrow.Array, i int) (any, bool) {
 type table struct {
 	path   string
 	f      File
-	spans  *spanFile // Parquet: reads through the row groups fetched ahead
+	spans  *spanFile // f: reads through the row groups fetched ahead
 	pq     *pqarrow.FileReader
 	pqFile *file.Reader
 	ipc    *ipc.FileReader
@@ -454,10 +458,11 @@ func openTable(ctx context.Context, open func(context.Context, string) (File, er
 	if err != nil {
 		return nil, err
 	}
-	t := &table{path: path, f: f}
+	// Reads go through spans: fetched ahead for Parquet, and counted.
+	t := &table{path: path, spans: newSpanFile(f)}
+	t.f = t.spans
 	switch format {
 	case formatParquet:
-		t.spans = newSpanFile(f)
 		opts := []file.ReadOption{file.WithReadProps(parquet.NewReaderProperties(columnar.Allocator))}
 		if md != nil {
 			opts = append(opts, file.WithMetadata(md))
@@ -479,9 +484,9 @@ func openTable(ctx context.Context, open func(context.Context, string) (File, er
 		}
 		t.pq, t.pqFile, t.schema = fr, pf, sc
 	case formatArrow:
-		r, err := ipc.NewFileReader(f, ipc.WithAllocator(columnar.Allocator))
+		r, err := ipc.NewFileReader(t.f, ipc.WithAllocator(columnar.Allocator))
 		if err != nil {
-			f.Close()
+			t.f.Close()
 			return nil, fmt.Errorf("not a readable Arrow IPC file: %w", err)
 		}
 		t.ipc, t.schema = r, r.Schema()

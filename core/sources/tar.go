@@ -135,8 +135,10 @@ func (s *TarSource) UnitSizes() map[int64]int64 { return s.units.sizes.snapshot(
 // SourceState is what a checkpoint needs of the source (pipeline.StateReporter).
 func (s *TarSource) SourceState() any { return streamState{Sizes: s.UnitSizes()} }
 
-// OpStats counts what a resumed epoch skipped (pipeline.OpStatsReporter).
-func (s *TarSource) OpStats() map[string]int64 { return s.units.opStats() }
+// OpStats counts the shards opened, the bytes read from them and the time
+// spent waiting for those bytes, and what a resumed epoch skipped
+// (pipeline.OpStatsReporter).
+func (s *TarSource) OpStats() map[string]int64 { return s.units.opStats("shards") }
 
 // Open begins the next epoch.
 func (s *TarSource) Open(context.Context) (pipeline.Iterator, error) {
@@ -204,6 +206,7 @@ func (it *tarIter) read(ctx context.Context) (any, error) {
 				}
 				return nil, &pipeline.ItemFailure{Item: it.name, Err: err}
 			}
+			it.s.units.io.units.Add(1)
 			it.tail = &tailReader{r: bufio.NewReaderSize(a.r, 256<<10)}
 			it.rc, it.tr, it.cur, it.last = a.r, tar.NewReader(it.tail), nil, ""
 		}
@@ -303,7 +306,8 @@ func (it *tarIter) fillAhead(ctx context.Context, want int) {
 			it.s.units.samplesSkipped.Add(n)
 			continue
 		}
-		it.ahead = append(it.ahead, &aheadShard{idx: idx, r: startReadAhead(ctx, it.s.o.Open, it.s.o.Shards[idx], it.s.o.ReadAheadBytes)})
+		r := startReadAhead(ctx, it.s.o.Open, it.s.o.Shards[idx], it.s.o.ReadAheadBytes, &it.s.units.io)
+		it.ahead = append(it.ahead, &aheadShard{idx: idx, r: r})
 	}
 }
 

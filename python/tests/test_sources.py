@@ -231,6 +231,25 @@ def test_webdataset_prefetch_keeps_the_epoch(shards):
     assert len(want) == 12 and keys() == want and keys(prefetch_shards=5) == want
 
 
+def test_streaming_sources_report_their_reads(shards, tables):
+    size = sum((shards / f"shard-{i:04d}.tar").stat().st_size for i in range(3))
+    src = sources.webdataset(str(shards / "shard-{0000..0002}.tar"))
+    p = spdl_go.PipelineBuilder().add_source(src).add_sink(4).build()
+    with p.auto_stop():
+        assert len(list(p)) == 12
+        st = p.stats()
+    p.close()
+    counters = st.source.op_stats
+    assert (counters["shards_opened"], counters["bytes_read"]) == (3, size) and counters["read_wait_ms"] >= 0, st.format()
+    assert "shards_opened 3" in st.format()
+    p = spdl_go.PipelineBuilder().add_source(sources.table(tables / "part-0.parquet")).add_sink(4).build()
+    with p.auto_stop():
+        assert len(list(p)) == 6
+        counters = p.stats().source.op_stats
+    p.close()
+    assert counters["parts_opened"] == 2 and 0 < counters["bytes_read"] < (tables / "part-0.parquet").stat().st_size
+
+
 def test_webdataset_bad_pattern(shards):
     with pytest.raises(ValueError, match="bad range"):
         spdl_go.PipelineBuilder().add_source(sources.webdataset(str(shards / "s-{9..1}.tar"))).add_sink(1).build()
@@ -476,7 +495,11 @@ def test_streaming_resume_skips_units_consumed_whole(shards, tables, kind, batch
         rest = [i for b in again.track(p) for i in ids(b)]
         st = p.stats()
     p.close()
-    assert st.source.op_stats == {"resume_units_skipped": 1, "resume_samples_skipped": len(seen)}, st.format()
+    counters = st.source.op_stats
+    assert (counters["resume_units_skipped"], counters["resume_samples_skipped"]) == (1, len(seen)), st.format()
+    # One unit of each source was not opened: 2 of 3 shards, 1 of 2 parts.
+    opened = counters["shards_opened" if kind == "webdataset" else "parts_opened"]
+    assert opened == (2 if kind == "webdataset" else 1) and counters["bytes_read"] > 0, st.format()
     assert "resume_units_skipped 1" in st.format()
     full = make()
     p = pipeline(full)
