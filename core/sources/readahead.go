@@ -17,9 +17,9 @@ const readAheadPiece = 1 << 20
 // while the last one is consumed. The goroutine is owned by the
 // readAhead: Close cancels its context and waits for it.
 type readAhead struct {
-	stats  *ioStats // counts the bytes read and the waits for them (nil: none)
-	cancel context.CancelFunc
-	opened chan struct{} // closed once open has returned
+	stats   *ioStats // counts the bytes read and the waits for them (nil: none)
+	cancel  context.CancelFunc
+	opened  chan struct{} // closed once open has returned
 	openErr error
 	rc      io.ReadCloser
 	pieces  chan readAheadResult

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sources"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -175,5 +178,88 @@ func TestParquetFetchAheadFollowsThePlan(t *testing.T) {
 	slices.Sort(all)
 	if len(all) != 300 || len(slices.Compact(slices.Clone(all))) != 300 {
 		t.Fatalf("%d rows over the ranks, want 300 distinct", len(all))
+	}
+}
+
+// When the plan's next part is in another file, that file is opened (and
+// its row group fetched) while the current part is read; if it cannot be
+// opened then, the failure comes at its turn, naming it.
+func TestParquetNextFileOpensAhead(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	dir := t.TempDir()
+	paths := []string{filepath.Join(dir, "a.parquet"), filepath.Join(dir, "b.parquet"), filepath.Join(dir, "c.parquet")}
+	for i, p := range paths {
+		writeParquet(t, p, i*10, 10)
+	}
+	var mu sync.Mutex
+	var opened []string
+	failB := false
+	open := func(_ context.Context, name string) (sources.File, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		opened = append(opened, filepath.Base(name))
+		if failB && filepath.Base(name) == "b.parquet" {
+			return nil, errors.New("injected open failure")
+		}
+		return os.Open(name)
+	}
+	for _, fail := range []bool{false, true} {
+		src, err := sources.NewTableSource(sources.TableOptions{Paths: paths, Open: open, Scalars: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		opened, failB = nil, fail
+		mu.Unlock()
+		it, err := src.Open(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := it.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		value.Release(v)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			mu.Lock()
+			got := slices.Clone(opened)
+			mu.Unlock()
+			if slices.Equal(got, []string{"a.parquet", "b.parquet"}) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after the first row of a, opened %v; want b opened ahead", got)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		rows, failures := 1, []string(nil)
+		for {
+			v, err := it.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			var f *pipeline.ItemFailure
+			if errors.As(err, &f) {
+				failures = append(failures, f.Error())
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			value.Release(v)
+			rows++
+		}
+		it.Close()
+		want := 30
+		if fail {
+			want = 20
+			if len(failures) != 1 || !strings.Contains(failures[0], "b.parquet: injected open failure") {
+				t.Fatalf("failures %v", failures)
+			}
+		}
+		if rows != want || (!fail && len(failures) != 0) {
+			t.Fatalf("fail=%v: %d rows, failures %v", fail, rows, failures)
+		}
 	}
 }

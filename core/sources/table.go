@@ -216,6 +216,8 @@ type tableIter struct {
 	row  int
 	recs *recordIter // the rest of the current part
 
+	ahead *aheadTable // the next part's file, opened ahead
+
 	shuf *shuffler
 
 	rg   int      // the part's row group (or record batch) in its file
@@ -285,7 +287,7 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 		}
 		it.rg = p.index
 		it.s.units.io.units.Add(1)
-		it.prefetch(p)
+		it.prefetch(ctx, p)
 		recs, err := it.t.part(ctx, p.index, it.cols, it.s.o.BatchRows)
 		if err != nil {
 			return nil, &pipeline.ItemFailure{Item: it.t.partName(p.index), Err: err}
@@ -295,20 +297,16 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 }
 
 // prefetch starts fetching the Parquet row group p, and the plan's next
-// one if it is in the same file, so that each is read in a few requests
-// made at once while the rows before it are taken.
-func (it *tableIter) prefetch(p part) {
-	sf := it.t.spans
-	if it.t.pq == nil {
-		return // Arrow IPC: read batch by batch
-	}
-	leaves, err := it.t.leafColumns(it.cols)
-	if err != nil {
-		return // the read reports it
-	}
-	md := it.s.meta[p.file]
-	if r, ok := chunkRanges(md, p.index, leaves); ok {
-		sf.fetch(p.index, r)
+// part: in the same file, its row group; in another file, the file is
+// opened and its row group fetched in a goroutine. So each row group is
+// read in a few requests made at once while the rows before it are taken.
+func (it *tableIter) prefetch(ctx context.Context, p part) {
+	if it.t.pq != nil {
+		if leaves, err := it.t.leafColumns(it.cols); err == nil { // else the read reports it
+			if r, ok := chunkRanges(it.s.meta[p.file], p.index, leaves); ok {
+				it.t.spans.fetch(p.index, r)
+			}
+		}
 	}
 	if it.next >= it.plan.Len() {
 		return
@@ -317,11 +315,78 @@ func (it *tableIter) prefetch(p part) {
 	if _, whole := it.skip.done(idx); whole {
 		return
 	}
-	if q := it.s.parts[idx]; q.file == p.file && q.err == nil {
-		if r, ok := chunkRanges(md, q.index, leaves); ok {
-			sf.fetch(q.index, r)
+	q := it.s.parts[idx]
+	switch {
+	case q.err != nil:
+	case q.file == p.file:
+		if it.t.pq == nil {
+			return
+		}
+		if leaves, err := it.t.leafColumns(it.cols); err == nil {
+			if r, ok := chunkRanges(it.s.meta[q.file], q.index, leaves); ok {
+				it.t.spans.fetch(q.index, r)
+			}
+		}
+	case it.ahead == nil || it.ahead.file != q.file:
+		it.dropAhead()
+		a := &aheadTable{file: q.file, done: make(chan struct{})}
+		it.ahead = a
+		go func() { // owned by it: dropAhead and openFile wait for it
+			defer close(a.done)
+			a.ot, a.err = it.s.open(ctx, q.file)
+			if a.err != nil || a.ot.t.pq == nil {
+				return
+			}
+			if leaves, err := a.ot.t.leafColumns(a.ot.cols); err == nil {
+				if r, ok := chunkRanges(it.s.meta[q.file], q.index, leaves); ok {
+					a.ot.t.spans.fetch(q.index, r)
+				}
+			}
+		}()
+	}
+}
+
+// aheadTable is a file opened before its turn, in a goroutine.
+type aheadTable struct {
+	file int
+	done chan struct{} // closed when ot or err is set
+	ot   *openedTable
+	err  error
+}
+
+// dropAhead waits for the file opened ahead, if any, and closes it.
+func (it *tableIter) dropAhead() {
+	if a := it.ahead; a != nil {
+		it.ahead = nil
+		<-a.done
+		if a.ot != nil {
+			a.ot.t.close()
 		}
 	}
+}
+
+// openedTable is a file opened for reading with its selected columns.
+type openedTable struct {
+	t     *table
+	cols  []int
+	names []string
+}
+
+// open opens file i, its reads counted in the source's stats.
+func (s *TableSource) open(ctx context.Context, i int) (*openedTable, error) {
+	path := s.o.Paths[i]
+	f, _ := formatOf(path)
+	t, err := openTable(ctx, s.o.Open, f, path, s.meta[i])
+	if err != nil {
+		return nil, err
+	}
+	t.spans.stats = &s.units.io
+	cols, err := t.columns(s.o.Columns)
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	return &openedTable{t: t, cols: cols, names: t.names(cols)}, nil
 }
 
 func (it *tableIter) openFile(ctx context.Context, i int) error {
@@ -329,21 +394,22 @@ func (it *tableIter) openFile(ctx context.Context, i int) error {
 		return nil
 	}
 	it.closeFile()
-	path := it.s.o.Paths[i]
-	f, _ := formatOf(path)
-	t, err := openTable(ctx, it.s.o.Open, f, path, it.s.meta[i])
-	if err == nil {
-		t.spans.stats = &it.s.units.io
+	var ot *openedTable
+	if a := it.ahead; a != nil && a.file == i {
+		it.ahead = nil
+		<-a.done // ends soon if ctx is cancelled: the open uses it
+		if a.err != nil {
+			return a.err
+		}
+		ot = a.ot
+	} else {
+		it.dropAhead()
+		var err error
+		if ot, err = it.s.open(ctx, i); err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return err
-	}
-	cols, err := t.columns(it.s.o.Columns)
-	if err != nil {
-		t.close()
-		return err
-	}
-	it.file, it.t, it.cols, it.names = i, t, cols, t.names(cols)
+	it.file, it.t, it.cols, it.names = i, ot.t, ot.cols, ot.names
 	return nil
 }
 
@@ -364,6 +430,7 @@ func (it *tableIter) Close() error {
 		it.rec = nil
 	}
 	it.closeFile()
+	it.dropAhead()
 	it.shuf.drop(value.Release)
 	return nil
 }

@@ -158,11 +158,11 @@ type tarIter struct {
 	rc   io.ReadCloser
 	// Shards opened ahead, in plan order, each reading in its goroutine.
 	ahead []*aheadShard
-	tail *tailReader // under tr: tells a complete archive from a cut one
-	tr   *tar.Reader
-	hdr  *tar.Header // a member whose data is next, held back while the sample before it was returned
-	cur  *tarSample  // fields read so far of the sample being read
-	last string      // the key of the last sample completed in this shard
+	tail  *tailReader // under tr: tells a complete archive from a cut one
+	tr    *tar.Reader
+	hdr   *tar.Header // a member whose data is next, held back while the sample before it was returned
+	cur   *tarSample  // fields read so far of the sample being read
+	last  string      // the key of the last sample completed in this shard
 
 	shuf *shuffler // nil without a shuffle buffer
 
