@@ -249,26 +249,20 @@ func spdl_pipeline_stop(h C.uint64_t, errOut **C.char) (rc C.int) {
 //export spdl_pipeline_stats
 func spdl_pipeline_stats(h C.uint64_t, outJSON **C.char, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
-	err := withPipeline(h, func(p *pipeline.Pipeline) error {
-		b, err := json.Marshal(p.Stats())
-		if err != nil {
-			return err
-		}
-		*outJSON = C.CString(string(b))
-		return nil
-	})
-	if err != nil {
-		setErr(errOut, err)
-		return C.SPDL_ERROR
-	}
-	return C.SPDL_OK
+	return pipelineJSON(h, outJSON, errOut, func(p *pipeline.Pipeline) any { return p.Stats() })
 }
 
 //export spdl_pipeline_source_state
 func spdl_pipeline_source_state(h C.uint64_t, outJSON **C.char, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
+	return pipelineJSON(h, outJSON, errOut, func(p *pipeline.Pipeline) any { return p.SourceState() })
+}
+
+// pipelineJSON sets *outJSON to a malloc'd JSON of what f says of the
+// pipeline; the caller frees it.
+func pipelineJSON(h C.uint64_t, outJSON **C.char, errOut **C.char, f func(*pipeline.Pipeline) any) C.int {
 	err := withPipeline(h, func(p *pipeline.Pipeline) error {
-		b, err := json.Marshal(p.SourceState())
+		b, err := json.Marshal(f(p))
 		if err != nil {
 			return err
 		}

@@ -121,28 +121,12 @@ func TestParquetRowGroupsAreFetchedAhead(t *testing.T) {
 		mu.Lock()
 		reads = nil
 		mu.Unlock()
-		it, err := src.Open(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := it.Next(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		value.Release(v)
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		it := afterFirstItem(t, src)
+		eventually(t, "after the first row, two row groups fetched", func() bool {
 			mu.Lock()
-			n := len(reads)
-			mu.Unlock()
-			if n >= 2 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after the first row, %d row groups fetched, want 2", n)
-			}
-			time.Sleep(time.Millisecond)
-		}
+			defer mu.Unlock()
+			return len(reads) >= 2
+		})
 		it.Close()
 	}
 	// Every fetch of three column chunks fails; each chunk is then read
@@ -211,28 +195,12 @@ func TestParquetNextFileOpensAhead(t *testing.T) {
 		mu.Lock()
 		opened, failB = nil, fail
 		mu.Unlock()
-		it, err := src.Open(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := it.Next(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		value.Release(v)
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		it := afterFirstItem(t, src)
+		eventually(t, "after the first row of a, b opened ahead", func() bool {
 			mu.Lock()
-			got := slices.Clone(opened)
-			mu.Unlock()
-			if slices.Equal(got, []string{"a.parquet", "b.parquet"}) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after the first row of a, opened %v; want b opened ahead", got)
-			}
-			time.Sleep(time.Millisecond)
-		}
+			defer mu.Unlock()
+			return slices.Equal(opened, []string{"a.parquet", "b.parquet"})
+		})
 		rows, failures := 1, []string(nil)
 		for {
 			v, err := it.Next(context.Background())
@@ -260,6 +228,31 @@ func TestParquetNextFileOpensAhead(t *testing.T) {
 		}
 		if rows != want || (!fail && len(failures) != 0) {
 			t.Fatalf("fail=%v: %d rows, failures %v", fail, rows, failures)
+		}
+	}
+}
+
+// afterFirstItem opens an epoch of src and takes its first item.
+func afterFirstItem(t *testing.T, src pipeline.Source) pipeline.Iterator {
+	t.Helper()
+	it, err := src.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := it.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	value.Release(v)
+	return it
+}
+
+// eventually waits up to 5 s for cond, which goroutines make true.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not so after 5 s: %s", what)
 		}
 	}
 }
