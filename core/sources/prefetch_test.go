@@ -3,7 +3,6 @@ package sources_test
 import (
 	"archive/tar"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -63,12 +62,7 @@ func (l *eventLog) open(_ context.Context, name string) (io.ReadCloser, error) {
 func TestTarShardsOpenAhead(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir := t.TempDir()
-	var shards []string
-	for s := range 3 {
-		p := filepath.Join(dir, fmt.Sprintf("s%d.tar", s))
-		shard(t, p, tar.FormatPAX, samples(s, 3)...)
-		shards = append(shards, p)
-	}
+	shards := writeShards(t, dir, tar.FormatPAX, 3, 3)
 	for _, c := range []struct {
 		name     string
 		prefetch int
@@ -128,12 +122,7 @@ func TestTarShardsOpenAhead(t *testing.T) {
 func TestTarPrefetchKeepsTheEpoch(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	dir := t.TempDir()
-	var shards []string
-	for s := range 4 {
-		p := filepath.Join(dir, fmt.Sprintf("s%d.tar", s))
-		shard(t, p, tar.FormatGNU, samples(s, 5)...)
-		shards = append(shards, p)
-	}
+	shards := writeShards(t, dir, tar.FormatGNU, 4, 5)
 	shards = slices.Insert(shards, 2, filepath.Join(dir, "missing.tar"))
 	var size int64
 	for _, s := range shards {

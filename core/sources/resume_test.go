@@ -51,12 +51,7 @@ type unitSized interface {
 // Units consumed whole are not opened again when their sizes are known.
 func TestStreamingSourcesResume(t *testing.T) {
 	dir := t.TempDir()
-	var shards []string
-	for s := range 5 {
-		p := filepath.Join(dir, fmt.Sprintf("s%d.tar", s))
-		shard(t, p, tar.FormatPAX, samples(s, 4)...)
-		shards = append(shards, p)
-	}
+	shards := writeShards(t, dir, tar.FormatPAX, 5, 4)
 	pq := filepath.Join(dir, "t.parquet")
 	writeParquet(t, pq, 0, 4, 4, 4, 4, 4)
 	ipcPath := filepath.Join(dir, "t.arrow")

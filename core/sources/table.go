@@ -301,13 +301,16 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 // opened and its row group fetched in a goroutine. So each row group is
 // read in a few requests made at once while the rows before it are taken.
 func (it *tableIter) prefetch(ctx context.Context, p part) {
+	var leaves []int // none for Arrow IPC, or if the read is to report an error: no fetch
 	if it.t.pq != nil {
-		if leaves, err := it.t.leafColumns(it.cols); err == nil { // else the read reports it
-			if r, ok := chunkRanges(it.s.meta[p.file], p.index, leaves); ok {
-				it.t.spans.fetch(p.index, r)
-			}
+		leaves, _ = it.t.leafColumns(it.cols)
+	}
+	fetch := func(q part) {
+		if r, ok := chunkRanges(it.s.meta[q.file], q.index, leaves); ok {
+			it.t.spans.fetch(q.index, r)
 		}
 	}
+	fetch(p)
 	if it.next >= it.plan.Len() {
 		return
 	}
@@ -319,14 +322,7 @@ func (it *tableIter) prefetch(ctx context.Context, p part) {
 	switch {
 	case q.err != nil:
 	case q.file == p.file:
-		if it.t.pq == nil {
-			return
-		}
-		if leaves, err := it.t.leafColumns(it.cols); err == nil {
-			if r, ok := chunkRanges(it.s.meta[q.file], q.index, leaves); ok {
-				it.t.spans.fetch(q.index, r)
-			}
-		}
+		fetch(q)
 	case it.ahead == nil || it.ahead.file != q.file:
 		it.dropAhead()
 		a := &aheadTable{file: q.file, done: make(chan struct{})}

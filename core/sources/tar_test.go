@@ -49,6 +49,19 @@ func shard(t testing.TB, path string, format tar.Format, members ...member) {
 }
 
 // samples writes n samples (jpg, cls, json) for shard s.
+// writeShards writes n shards s0.tar, s1.tar, ... of per samples each
+// into dir and returns their paths.
+func writeShards(t testing.TB, dir string, format tar.Format, n, per int) []string {
+	t.Helper()
+	var shards []string
+	for s := range n {
+		p := filepath.Join(dir, fmt.Sprintf("s%d.tar", s))
+		shard(t, p, format, samples(s, per)...)
+		shards = append(shards, p)
+	}
+	return shards
+}
+
 func samples(s, n int) []member {
 	var out []member
 	for i := range n {
