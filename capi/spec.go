@@ -222,11 +222,6 @@ func buildConfig(raw []byte) (pipeline.Config, error) {
 		}
 		cfg.Stages = append(cfg.Stages, st)
 	}
-	// The last stage encodes each item for the host on a pipeline thread,
-	// so that spdl_pipeline_next only hands over a finished buffer.
-	cfg.Stages = append(cfg.Stages, pipeline.StageConfig{
-		Name: "handoff", Kind: pipeline.KindPipe, Op: handoffOp{}, Concurrency: 1, MaxFailures: -1,
-	})
 	cfg.BufferSize = 3
 	if spec.BufferSize != nil {
 		cfg.BufferSize = *spec.BufferSize
