@@ -78,6 +78,7 @@ class Tensor:
     """
 
     __slots__ = ("_ptr", "__weakref__")
+    _ptr: int  # 0 once released
 
     def __init__(self) -> None:
         raise TypeError("spdl_go.Tensor objects are made by pipelines, not constructed directly")
@@ -95,9 +96,9 @@ class Tensor:
         return self._ptr
 
     def __del__(self) -> None:
-        ptr = getattr(self, "_ptr", None)
+        ptr = getattr(self, "_ptr", 0)
         if ptr:
-            self._ptr = None
+            self._ptr = 0
             _lib.LIB.spdl_tensor_decref(ptr)
 
     def _view(self) -> _DLTensor:
@@ -213,6 +214,9 @@ class ArrowArray:
     """
 
     __slots__ = ("_schema", "_array", "_lock", "__weakref__")
+    _schema: int  # 0 once imported or freed
+    _array: int
+    _lock: threading.Lock
 
     def __init__(self) -> None:
         raise TypeError("spdl_go.ArrowArray objects are made by pipelines, not constructed directly")
@@ -226,9 +230,9 @@ class ArrowArray:
         return a
 
     def __del__(self) -> None:
-        schema, array = getattr(self, "_schema", None), getattr(self, "_array", None)
+        schema, array = getattr(self, "_schema", 0), getattr(self, "_array", 0)
         if schema or array:
-            self._schema = self._array = None
+            self._schema = self._array = 0
             _lib.LIB.spdl_arrow_free(schema, array)
 
     def _require(self) -> None:
@@ -243,14 +247,14 @@ class ArrowArray:
     def format(self) -> str:
         """The Arrow format string (e.g. "l" int64, "g" float64, "u" utf8)."""
         self._require()
-        return ctypes.string_at(c_void_p.from_address(self._schema).value).decode()
+        return (c_char_p.from_address(self._schema).value or b"").decode()  # ArrowSchema.format is the first field
 
     def __arrow_c_array__(self, requested_schema: Any = None) -> tuple[Any, Any]:
         """Hands the column to an Arrow consumer (no copy); callable once."""
         with self._lock:
             self._require()
             schema, array = self._schema, self._array
-            self._schema = self._array = None
+            self._schema = self._array = 0
         return (
             _capsule_new(schema, _ARROW_SCHEMA, _lib.ARROW_SCHEMA_CAPSULE_DESTRUCTOR),
             _capsule_new(array, _ARROW_ARRAY, _lib.ARROW_ARRAY_CAPSULE_DESTRUCTOR),
