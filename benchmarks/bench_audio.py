@@ -64,6 +64,7 @@ OURS = ("spdl-go", "spdl-go auto")
 
 def spdl_go_loader(items, concurrency):
     from torch import from_dlpack
+
     from spdl_go import PipelineBuilder, ops
 
     auto = concurrency == "auto"
@@ -182,7 +183,7 @@ def spdl_loader(items, threads):
 
     def collate(batch):
         buffer = spdl.io.convert_frames([f for f, _ in batch])
-        labels = torch.tensor([l for _, l in batch], dtype=torch.int64)
+        labels = torch.tensor([label for _, label in batch], dtype=torch.int64)
         return spdl.io.to_torch(buffer), labels
 
     p = (
@@ -233,7 +234,6 @@ ANCHORS = {"DataLoader": "DataLoader", "SPDL 0.8": "SPDL"}  # group name -> row-
 
 def worker(kind: str, param: str, n_clips: int) -> dict:
     import torch
-
     from datasets import audio_like
 
     items = audio_like(n_clips)

@@ -88,9 +88,7 @@ class PILDataset(harness.ItemsDataset):
 def dataloader_loader(items, workers: int):
     import torch
 
-    dl = torch.utils.data.DataLoader(
-        PILDataset(items), batch_size=BATCH, num_workers=workers, persistent_workers=False
-    )
+    dl = torch.utils.data.DataLoader(PILDataset(items), batch_size=BATCH, num_workers=workers, persistent_workers=False)
     it = iter(dl)
     try:
         yield from it
@@ -133,7 +131,7 @@ def spdl_loader(items, threads: int, decoder_threads: int | None = None):
     def collate(batch):
         frames = [f for f, _ in batch]
         buffer = spdl.io.convert_frames(frames)
-        labels = torch.tensor([l for _, l in batch], dtype=torch.int64)
+        labels = torch.tensor([label for _, label in batch], dtype=torch.int64)
         return spdl.io.to_torch(buffer), labels
 
     p = (
@@ -189,7 +187,6 @@ def loader(kind: str, param: str, items):
 
 def worker(kind: str, param: str, n_images: int) -> dict:
     import torch  # imported for every kind: the same baseline
-
     from datasets import imagenet_like
 
     items = imagenet_like(n_images)
@@ -297,11 +294,18 @@ def main() -> None:
     r = ratios(rows)
     print_ratios(r)
 
-    meta = {"benchmark": "image", "images": args.images, "repeat": args.repeat, "cores": CORES, "batch": BATCH, "ratios": r}
-    harness.write_results(args.json, meta, rows, runs, skipped, "decode + resize 256 + center crop 224 + batch 32", "images")
+    meta = {
+        "benchmark": "image",
+        "images": args.images,
+        "repeat": args.repeat,
+        "cores": CORES,
+        "batch": BATCH,
+        "ratios": r,
+    }
+    harness.write_results(
+        args.json, meta, rows, runs, skipped, "decode + resize 256 + center crop 224 + batch 32", "images"
+    )
 
 
 if __name__ == "__main__":
     main()
-
-

@@ -35,8 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-
 from datasets import imagenet_like  # noqa: E402
+
 from spdl_go import PipelineBuilder, ops  # noqa: E402
 
 CORES = os.cpu_count() or 1
@@ -169,7 +169,9 @@ def main() -> None:
 
     rows = {
         "spdl-go pipeline (decode+resize+crop+batch)": measure(spdl_go_pipeline(items, args.threads), n, args.repeat),
-        "decode-only: spdl-go decode_image (libjpeg-turbo)": measure(spdl_go_decode_only(paths, args.threads), n, args.repeat),
+        "decode-only: spdl-go decode_image (libjpeg-turbo)": measure(
+            spdl_go_decode_only(paths, args.threads), n, args.repeat
+        ),
         "decode-only: Pillow threads (libjpeg-turbo)": measure(pillow_decode_only(paths, args.threads), n, args.repeat),
     }
     limit = max(v["images_per_s"] for k, v in rows.items() if k.startswith("decode-only"))
@@ -188,7 +190,9 @@ def main() -> None:
     runs: dict[str, list[float]] = {k: [] for k in tuned}
     for _ in range(args.repeat):
         for k, c in tuned.items():
-            runs[k].append(measure(tuned_epochs(items, args.threads, c, args.epochs), n * args.epochs, 1)["images_per_s"])
+            runs[k].append(
+                measure(tuned_epochs(items, args.threads, c, args.epochs), n * args.epochs, 1)["images_per_s"]
+            )
     tuning = {k: statistics.median(v) for k, v in runs.items()}
     best = max((k for k in tuning if k != "auto"), key=tuning.get)
     auto_ratio = tuning["auto"] / tuning[best]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -106,7 +105,10 @@ def dataloader_batches(urls: list[str], workers: int, session: bool = False):
     import torch.utils.data
 
     dl = torch.utils.data.DataLoader(
-        UrlDataset(urls, session), batch_size=BATCH, num_workers=workers, collate_fn=list,
+        UrlDataset(urls, session),
+        batch_size=BATCH,
+        num_workers=workers,
+        collate_fn=list,
         prefetch_factor=4 if workers else None,
     )
     yield from dl
@@ -154,7 +156,6 @@ def main() -> None:
         worker(*args._worker)
         return
     import numpy as np
-
     from servers import Nginx
 
     work = Path(tempfile.mkdtemp(prefix="spdl-go-bench-remote-"))
@@ -182,7 +183,9 @@ def main() -> None:
     finally:
         srv.stop()
     rows = harness.median_rows(runs)
-    print(f"\n{args.objects} objects, {size / 1e6:.1f} MB, {args.latency_ms:g} ms latency per request; median of {args.repeat}\n")
+    print(
+        f"\n{args.objects} objects, {size / 1e6:.1f} MB, {args.latency_ms:g} ms latency per request; median of {args.repeat}\n"
+    )
     print(harness.markdown_table(rows, "objects", skipped))
     best_dl = max((r["items_per_s"], n) for n, r in rows.items() if n.startswith("DataLoader"))
     best_go = max((r["items_per_s"], n) for n, r in rows.items() if n.startswith("spdl-go c="))
@@ -191,8 +194,15 @@ def main() -> None:
         if name in rows:
             print(f"{name} / {best_go[1]} (epoch 1 from the server): x{rows[name]['items_per_s'] / best_go[0]:.2f}")
     if args.json:
-        harness.write_results(args.json, {"objects": args.objects, "bytes": size, "latency_ms": args.latency_ms,
-                                          "repeat": args.repeat}, rows, runs, skipped, "Remote reads", "objects")
+        harness.write_results(
+            args.json,
+            {"objects": args.objects, "bytes": size, "latency_ms": args.latency_ms, "repeat": args.repeat},
+            rows,
+            runs,
+            skipped,
+            "Remote reads",
+            "objects",
+        )
 
 
 if __name__ == "__main__":

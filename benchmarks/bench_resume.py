@@ -91,6 +91,7 @@ def worker(kind: str, param: str, base: str, shards: str, state_path: str) -> No
         return len(batch)
 
     if kind == "uninterrupted":
+
         def batches():
             p = _pipeline(_source(base, int(shards)))
             with p.auto_stop():
@@ -146,7 +147,6 @@ def main() -> None:
         worker(*args._worker)
         return
     import numpy as np
-
     from servers import Nginx
 
     work = Path(tempfile.mkdtemp(prefix="spdl-go-bench-resume-"))
@@ -156,8 +156,10 @@ def main() -> None:
     for s in range(args.shards):
         with tarfile.open(work / "root" / f"shard-{s:04d}.tar", "w", format=tarfile.PAX_FORMAT) as tf:
             for i in range(args.per_shard):
-                for ext, data in (("bin", rng.integers(0, 256, args.sample_kib << 10, dtype=np.uint8).tobytes()),
-                                  ("cls", str(i % 10).encode())):
+                for ext, data in (
+                    ("bin", rng.integers(0, 256, args.sample_kib << 10, dtype=np.uint8).tobytes()),
+                    ("cls", str(i % 10).encode()),
+                ):
                     info = tarfile.TarInfo(f"{s:04d}{i:05d}.{ext}")
                     info.size = len(data)
                     tf.addfile(info, io.BytesIO(data))
@@ -184,22 +186,40 @@ def main() -> None:
         for k in ("resume_units_skipped", "resume_samples_skipped"):
             if rs and k in rs[0]:
                 rows[name][k] = rs[0][k]
-    print(f"\n{args.shards} shards of {args.per_shard} samples ({args.sample_kib} KiB), {args.latency_ms:g} ms latency per request; "
-          f"{n} of {total} consumed, resumed on 1 rank; median of {args.repeat}\n")
+    print(
+        f"\n{args.shards} shards of {args.per_shard} samples ({args.sample_kib} KiB), {args.latency_ms:g} ms latency per request; "
+        f"{n} of {total} consumed, resumed on 1 rank; median of {args.repeat}\n"
+    )
     print(harness.markdown_table(rows, "samples", skipped))
     for name, r in rows.items():
         if "resume_units_skipped" in r:
-            print(f"{name}: {r['resume_units_skipped']} shards not opened, {r['resume_samples_skipped']} samples skipped")
+            print(
+                f"{name}: {r['resume_units_skipped']} shards not opened, {r['resume_samples_skipped']} samples skipped"
+            )
     a, b, c = (rows.get(k) for k in ("resume, sizes known", "resume, no sizes", "rest of epoch, uninterrupted"))
     if a and b:
-        print(f"\nresume with sizes / without: x{b['wall_s'] / a['wall_s']:.2f} faster to finish the epoch "
-              f"({a['wall_s']:.2f}s against {b['wall_s']:.2f}s)")
+        print(
+            f"\nresume with sizes / without: x{b['wall_s'] / a['wall_s']:.2f} faster to finish the epoch "
+            f"({a['wall_s']:.2f}s against {b['wall_s']:.2f}s)"
+        )
     if a and c:
         print(f"resume with sizes / uninterrupted rest of the epoch: x{a['wall_s'] / c['wall_s']:.2f} the time")
     if args.json:
-        harness.write_results(args.json, {"shards": args.shards, "per_shard": args.per_shard, "consumed": n,
-                                          "latency_ms": args.latency_ms, "repeat": args.repeat},
-                              rows, runs, skipped, "Resume", "samples")
+        harness.write_results(
+            args.json,
+            {
+                "shards": args.shards,
+                "per_shard": args.per_shard,
+                "consumed": n,
+                "latency_ms": args.latency_ms,
+                "repeat": args.repeat,
+            },
+            rows,
+            runs,
+            skipped,
+            "Resume",
+            "samples",
+        )
 
 
 if __name__ == "__main__":

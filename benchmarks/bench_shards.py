@@ -51,7 +51,13 @@ def _epoch(urls: list[str], prefetch: int, want_bytes: int) -> tuple[float, int]
     import spdl_go
     from spdl_go import sources
 
-    p = spdl_go.PipelineBuilder().add_source(sources.webdataset(urls, prefetch_shards=prefetch)).aggregate(32).add_sink(4).build()
+    p = (
+        spdl_go.PipelineBuilder()
+        .add_source(sources.webdataset(urls, prefetch_shards=prefetch))
+        .aggregate(32)
+        .add_sink(4)
+        .build()
+    )
     n = got = 0
     t0 = time.perf_counter()
     with p.auto_stop():
@@ -89,7 +95,6 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     import numpy as np
-
     from servers import Nginx
 
     work = Path(tempfile.mkdtemp(prefix="spdl-go-bench-shards-"))
@@ -105,9 +110,13 @@ def main() -> None:
     import pyarrow.parquet as pq
 
     rows = 8000
-    table = pa.table({"img": [rng.integers(0, 256, 8192, dtype=np.uint8).tobytes() for _ in range(rows)],
-                      "label": pa.array(rng.integers(0, 1000, rows), pa.int64()),
-                      "caption": [f"caption {i}" for i in range(rows)]})
+    table = pa.table(
+        {
+            "img": [rng.integers(0, 256, 8192, dtype=np.uint8).tobytes() for _ in range(rows)],
+            "label": pa.array(rng.integers(0, 1000, rows), pa.int64()),
+            "caption": [f"caption {i}" for i in range(rows)],
+        }
+    )
     for f in range(4):
         pq.write_table(table, work / "root" / f"t{f}.parquet", row_group_size=500)
     srv = Nginx(work / "root", work / "nginx", latency_ms=args.latency_ms)
@@ -124,8 +133,12 @@ def main() -> None:
                     times.setdefault((name, pf), []).append(dt)
                     counts[name] = n
             table_times["remote"].append(_table_epoch([f"{srv.url}/lat/t{f}.parquet" for f in range(4)], 4 * rows))
-            table_times["shuffled"].append(_table_epoch([f"{srv.url}/lat/t{f}.parquet" for f in range(4)], 4 * rows, True))
-            table_times["local"].append(_table_epoch([str(work / "root" / f"t{f}.parquet") for f in range(4)], 4 * rows))
+            table_times["shuffled"].append(
+                _table_epoch([f"{srv.url}/lat/t{f}.parquet" for f in range(4)], 4 * rows, True)
+            )
+            table_times["local"].append(
+                _table_epoch([str(work / "root" / f"t{f}.parquet") for f in range(4)], 4 * rows)
+            )
     finally:
         srv.stop()
     print(f"\n{args.latency_ms:g} ms latency per request; median of {args.repeat}\n")

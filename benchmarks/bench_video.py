@@ -113,7 +113,7 @@ def spdl_loader(items, threads):
         return spdl.io.to_torch(spdl.io.convert_frames(frames)), label
 
     def collate(batch):
-        return torch.stack([c for c, _ in batch]), torch.tensor([l for _, l in batch], dtype=torch.int64)
+        return torch.stack([c for c, _ in batch]), torch.tensor([label for _, label in batch], dtype=torch.int64)
 
     p = (
         PipelineBuilder()
@@ -205,7 +205,6 @@ def configs(threads: int) -> list[tuple[str, str, str]]:
 
 def worker(kind: str, param: str, n_clips: int) -> dict:
     import torch
-
     from datasets import video_like
 
     items = video_like(n_clips)

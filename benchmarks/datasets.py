@@ -34,14 +34,14 @@ def _cached(kind: str, version: str, n: int, seed: int, *key_extra) -> tuple[Pat
     root = CACHE / f"{kind}-{n}-{seed}-{key}"
     manifest = root / "manifest.json"
     if manifest.exists():
-        return root, [(str(root / p), l) for p, l in json.loads(manifest.read_text())]
+        return root, [(str(root / p), label) for p, label in json.loads(manifest.read_text())]
     return root, None
 
 
 def _save(root: Path, items: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """Writes the manifest last, so that an interrupted run regenerates."""
     (root / "manifest.json").write_text(json.dumps(items))
-    return [(str(root / p), l) for p, l in items]
+    return [(str(root / p), label) for p, label in items]
 
 
 def _photo_like(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
@@ -152,7 +152,10 @@ def _sound_like(rng: np.random.Generator, sr: int, n: int) -> np.ndarray:
             f0 = rng.uniform(80, 1200)
             vib = 1 + rng.uniform(0, 0.01) * np.sin(2 * np.pi * rng.uniform(3, 7) * t)
             phase = 2 * np.pi * f0 * np.cumsum(vib) / sr
-            x = sum(np.sin(k * phase + rng.uniform(0, 2 * np.pi)) / k ** rng.uniform(1, 2) for k in range(1, int(rng.integers(2, 8))))
+            x = sum(
+                np.sin(k * phase + rng.uniform(0, 2 * np.pi)) / k ** rng.uniform(1, 2)
+                for k in range(1, int(rng.integers(2, 8)))
+            )
         elif kind < 0.7:  # chirp (exponential sweep)
             f1, f2 = rng.uniform(100, 4000), rng.uniform(100, 8000)
             dur = t[-1] + 1 / sr
@@ -288,8 +291,25 @@ def video_like(n: int = 40, seed: int = 0, classes: int = 10) -> list[tuple[str,
         rel = f"class{label:03d}/vid{i:06d}.mp4"
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         jobs.append(
-            ["-f", "lavfi", "-i", src, "-t", str(dur), "-vf", vf, *codec, "-g", "30", "-pix_fmt", "yuv420p",
-             "-movflags", "+faststart", "-an", str(root / rel)]
+            [
+                "-f",
+                "lavfi",
+                "-i",
+                src,
+                "-t",
+                str(dur),
+                "-vf",
+                vf,
+                *codec,
+                "-g",
+                "30",
+                "-pix_fmt",
+                "yuv420p",
+                "-movflags",
+                "+faststart",
+                "-an",
+                str(root / rel),
+            ]
         )
         items.append((rel, label))
     with ThreadPoolExecutor(os.cpu_count() or 1) as ex:

@@ -39,7 +39,8 @@ import json
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -186,7 +187,15 @@ def check_overlap(torch: Any, steps: int) -> dict[str, Any]:
 
     compute_only()  # warm-up: kernels, pools
     both()
-    t = {name: _time(fn, torch) for name, fn in [("compute", compute_only), ("load", load_only), ("both", both), ("torch_pin_memory", torch_way)]}
+    t = {
+        name: _time(fn, torch)
+        for name, fn in [
+            ("compute", compute_only),
+            ("load", load_only),
+            ("both", both),
+            ("torch_pin_memory", torch_way),
+        ]
+    }
     overlap = (t["compute"] + t["load"] - t["both"]) / min(t["compute"], t["load"])
     return {
         "steps": steps,

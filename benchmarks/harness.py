@@ -21,8 +21,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 # --------------------------------------------------------------------------
 # Process-tree memory sampling
@@ -105,8 +106,6 @@ def cpu_seconds() -> float:
     s = resource.getrusage(resource.RUSAGE_SELF)
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-
 
 
 def measure(batches: Iterable[Any], count: Callable[[Any], int], expect: int) -> dict:
@@ -248,7 +247,12 @@ def warm_page_cache(paths: Iterable[str]) -> None:
 
 
 def run_all(
-    script: str | Path, cfgs: list[tuple[str, str, str]], extra: list[str], repeat: int, timeout: float, skipped: dict[str, str]
+    script: str | Path,
+    cfgs: list[tuple[str, str, str]],
+    extra: list[str],
+    repeat: int,
+    timeout: float,
+    skipped: dict[str, str],
 ) -> dict[str, list[dict]]:
     """Runs each (name, kind, param) configuration ``repeat`` times, repeats
     interleaved, each in a fresh process (``script --_worker kind param
