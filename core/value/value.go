@@ -1,6 +1,6 @@
 // Package value defines the values that flow through a spdl-go pipeline and
-// cross the C ABI: the Go side of the wire format that Python encodes and
-// decodes (see codec.go).
+// cross the C ABI. core/wire encodes and decodes them in the byte format
+// that Python's codec (python/spdl_go/_codec.py) speaks.
 //
 // A value is one of:
 //
