@@ -147,3 +147,31 @@ def take_string(ptr: int | None) -> str:
         return ctypes.string_at(ptr).decode("utf-8", "replace")
     finally:
         LIB.spdl_free(ptr)
+
+
+# ---- calling the library -------------------------------------------------------
+# Most exports end in (…, char **out, char **err) or (…, char **err) and
+# return SPDL_OK or an error code. These two helpers are that pattern,
+# written once: the strings the library hands out are copied and freed here.
+import json  # noqa: E402 - kept with the helpers that use it
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+
+def call(fn: Callable[..., int], *args: Any, error: type[Exception] = RuntimeError) -> None:
+    """Calls ``fn(*args, &err)``; raises ``error`` with the library's message
+    (the error string is freed) if it does not return ``SPDL_OK``."""
+    err = c_void_p()
+    if fn(*args, ctypes.byref(err)) != SPDL_OK:
+        raise error(take_string(err.value))
+
+
+def call_json(fn: Callable[..., int], *args: Any, error: type[Exception] = RuntimeError) -> Any:
+    """Calls ``fn(*args, &out, &err)`` and returns ``out`` parsed as JSON;
+    raises ``error`` with the library's message otherwise. Both strings
+    are freed."""
+    out = c_void_p()
+    err = c_void_p()
+    if fn(*args, ctypes.byref(out), ctypes.byref(err)) != SPDL_OK:
+        raise error(take_string(err.value))
+    return json.loads(take_string(out.value))
