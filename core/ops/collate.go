@@ -9,6 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/spdl-go/spdl-go/core/options"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
 	"github.com/spdl-go/spdl-go/core/tensor"
@@ -38,7 +39,7 @@ type collate struct {
 }
 
 func newCollate(m map[string]any) (Op, error) {
-	o := NewOptions(m)
+	o := options.New(m)
 	pad, err := o.Bool("pad", false)
 	if err != nil {
 		return nil, err
@@ -255,10 +256,10 @@ func (c collate) dicts(col []any, path string) (any, error) {
 
 // sequences collates tuples (or lists) of one length position by position.
 func (c collate) sequences(col []any, path string, tuple bool) (any, error) {
-	s0, _ := AsSeq(col[0])
+	s0, _ := options.AsSeq(col[0])
 	for i, v := range col[1:] {
 		i++
-		if s, _ := AsSeq(v); len(s) != len(s0) {
+		if s, _ := options.AsSeq(v); len(s) != len(s0) {
 			return nil, fmt.Errorf("%ssample %d has %d items but sample 0 has %d; give every sample the same length", at(path), i, len(s), len(s0))
 		}
 	}
@@ -266,7 +267,7 @@ func (c collate) sequences(col []any, path string, tuple bool) (any, error) {
 	column := make([]any, len(col))
 	for j := range s0 {
 		for i, v := range col {
-			s, _ := AsSeq(v)
+			s, _ := options.AsSeq(v)
 			column[i] = s[j]
 		}
 		v, err := c.column(column, fmt.Sprintf("%s[%d]", path, j))

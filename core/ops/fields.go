@@ -3,6 +3,7 @@ package ops
 import (
 	"fmt"
 
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
@@ -17,6 +18,14 @@ import (
 type Field struct {
 	In  string
 	Out string
+}
+
+// ReadField reads "key" and "output_key" (which defaults to key) with o,
+// so that o.Done knows them.
+func ReadField(o *options.Reader, defaultKey string) (Field, error) {
+	o.Get("key")
+	o.Get("output_key")
+	return FieldFromOptions(o.Map(), defaultKey, "")
 }
 
 // FieldFromOptions reads the "key" and "output_key" options, with the

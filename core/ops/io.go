@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/storage"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -22,7 +23,7 @@ func init() {
 // Options: key (default "path"), output_key (default: key, so the path is
 // replaced by the bytes; give another key to keep the path for error
 // messages, e.g. decode_image names it), the remote-read options of
-// storageOptions (timeout_s, retries, s3), and a cache (storage.Cache):
+// storage.ReadOptions (timeout_s, retries, ca_file, s3), and a cache (storage.Cache):
 // cache_memory_bytes (an LRU of any names' bytes), cache_dir and
 // cache_disk_bytes (remote objects on local disk, shared by processes,
 // kept across runs). Its counters show in the stage's stats.
@@ -37,14 +38,12 @@ type readFile struct {
 }
 
 func newReadFile(m map[string]any) (Op, error) {
-	o := NewOptions(m)
-	o.Get("key")
-	o.Get("output_key")
-	f, err := FieldFromOptions(m, "path", "")
+	o := options.New(m)
+	f, err := ReadField(o, "path")
 	if err != nil {
 		return nil, err
 	}
-	so, err := storageOptions(o)
+	so, err := storage.ReadOptions(o)
 	if err != nil {
 		return nil, err
 	}

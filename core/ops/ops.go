@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/spdl-go/spdl-go/core/options"
 )
 
 // Op transforms one item. It has the same method set as pipeline.Op, so an
@@ -79,7 +81,7 @@ func init() {
 type identity struct{}
 
 func newIdentity(m map[string]any) (Op, error) {
-	o := NewOptions(m)
+	o := options.New(m)
 	if err := o.Done(); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/spdl-go/spdl-go/core/cuda"
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/tensor"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -39,7 +40,7 @@ type toDevice struct {
 }
 
 func newToDevice(m map[string]any) (Op, error) {
-	o := NewOptions(m)
+	o := options.New(m)
 	device, err := o.Int("device", 0)
 	if err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func newToDevice(m map[string]any) (Op, error) {
 	}
 	var paths []string
 	if v, ok := o.Get("runtime"); ok && v != nil {
-		seq, ok := AsSeq(v)
+		seq, ok := options.AsSeq(v)
 		if !ok {
 			return nil, fmt.Errorf("option runtime: want a list of paths, got %s", value.Describe(v))
 		}
@@ -64,14 +65,14 @@ func newToDevice(m map[string]any) (Op, error) {
 	}
 	keepKeys, keepIdx := map[string]bool{}, map[int]bool{}
 	if v, ok := o.Get("keep_on_cpu"); ok && v != nil {
-		seq, ok := AsSeq(v)
+		seq, ok := options.AsSeq(v)
 		if !ok {
 			return nil, fmt.Errorf("option keep_on_cpu: want a list of keys or indices, got %s", value.Describe(v))
 		}
 		for _, e := range seq {
 			if k, ok := e.(string); ok {
 				keepKeys[k] = true
-			} else if i, ok := AsInt(e); ok && i >= 0 {
+			} else if i, ok := options.AsInt(e); ok && i >= 0 {
 				keepIdx[int(i)] = true
 			} else {
 				return nil, fmt.Errorf("option keep_on_cpu: want dict keys or indices >= 0, got %s", value.Describe(e))
@@ -163,7 +164,7 @@ func (c toDevice) checkDevices(v any, path string) error {
 			}
 		}
 	case value.Tuple, value.List, []any:
-		seq, _ := AsSeq(x)
+		seq, _ := options.AsSeq(x)
 		for i, e := range seq {
 			if err := c.checkDevices(e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
@@ -198,7 +199,7 @@ func (tr *transfer) walk(v any, path string, top bool) (any, error) {
 			}
 		}
 	case value.Tuple, value.List, []any:
-		seq, _ := AsSeq(x)
+		seq, _ := options.AsSeq(x)
 		for i := range seq {
 			if top && tr.op.keepIdx[i] {
 				continue
@@ -263,7 +264,7 @@ func (c toDevice) hasCPUTensor(v any, top bool) bool {
 			}
 		}
 	case value.Tuple, value.List, []any:
-		seq, _ := AsSeq(x)
+		seq, _ := options.AsSeq(x)
 		for i, e := range seq {
 			if !(top && c.keepIdx[i]) && c.hasCPUTensor(e, false) {
 				return true

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/tensor"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -20,7 +21,7 @@ type toTensor struct {
 }
 
 func newToTensor(m map[string]any) (Op, error) {
-	o := NewOptions(m)
+	o := options.New(m)
 	name, err := o.String("dtype", "float32")
 	if err != nil {
 		return nil, err
@@ -58,7 +59,7 @@ func (op toTensor) convert(in any) (any, error) {
 	}
 	var shape []int64
 	for v := in; ; {
-		s, ok := AsSeq(v)
+		s, ok := options.AsSeq(v)
 		if !ok {
 			break
 		}
@@ -112,7 +113,7 @@ type flattener struct {
 // rendered only for an error message (this runs once per element).
 func (f *flattener) walk(v any, depth int) error {
 	if depth < len(f.shape) {
-		s, ok := AsSeq(v)
+		s, ok := options.AsSeq(v)
 		if !ok {
 			return fmt.Errorf("ragged input: item%s is %s, but a list of %d items is expected there; give every list the same length", f.path(), value.Describe(v), f.shape[depth])
 		}
@@ -146,7 +147,7 @@ func (f *flattener) walk(v any, depth int) error {
 	case *tensor.Tensor:
 		return fmt.Errorf("item%s is a tensor; to_tensor takes numbers or lists of numbers (stack tensors with collate)", f.path())
 	default:
-		if _, ok := AsSeq(v); ok {
+		if _, ok := options.AsSeq(v); ok {
 			return fmt.Errorf("ragged input: item%s is a list, but item%s is a number; give every list the same depth", f.path(), firstPath(depth))
 		}
 		return fmt.Errorf("cannot make a tensor from %s at item%s; pass int, float, bool or (nested) lists of them", value.Describe(v), f.path())

@@ -2,6 +2,7 @@ package audio
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spdl-go/spdl-go/core/media/av"
 	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/tensor"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -74,7 +76,7 @@ func intOpt(m map[string]any, name string, min int64) (int, error) {
 	if v == nil {
 		return 0, nil
 	}
-	n, ok := ops.AsInt(v)
+	n, ok := options.AsInt(v)
 	if !ok {
 		return 0, fmt.Errorf("option %q must be an int, not %s", name, value.Describe(v))
 	}
@@ -94,6 +96,11 @@ func secondsOpt(m map[string]any, name string, positive bool) (float64, error) {
 		s = float64(x)
 	case int:
 		s = float64(x)
+	case json.Number: // options decoded from JSON
+		var err error
+		if s, err = x.Float64(); err != nil {
+			return 0, fmt.Errorf("option %q must be a number of seconds, not %s", name, x)
+		}
 	case float64:
 		s = x
 	default:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/tensor"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -29,10 +30,10 @@ type decodeOp struct {
 }
 
 func newDecodeOp(m map[string]any) (ops.Op, error) {
-	o := optReader{ops.NewOptions(m)}
+	o := optReader{options.New(m)}
 	op := &decodeOp{}
 	var err error
-	if op.field, err = o.Field("image"); err != nil {
+	if op.field, err = ops.ReadField(o.Reader, "image"); err != nil {
 		return nil, err
 	}
 	if op.nameKey, err = o.String("name_key", "path"); err != nil {
@@ -189,10 +190,10 @@ func (op *tensorOp) Process(ctx context.Context, in any) (any, error) {
 // newTensorOp reads key/output_key and the op's own options (read), then
 // checks that nothing else was given.
 func newTensorOp(name string, m map[string]any, read func(o *optReader, op *tensorOp) error) (ops.Op, error) {
-	o := optReader{ops.NewOptions(m)}
+	o := optReader{options.New(m)}
 	op := &tensorOp{name: name}
 	var err error
-	if op.field, err = o.Field("image"); err != nil {
+	if op.field, err = ops.ReadField(o.Reader, "image"); err != nil {
 		return nil, err
 	}
 	if err := read(&o, op); err != nil {

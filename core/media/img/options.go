@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
-// optReader is ops.Options plus the option shapes image ops share.
+// optReader is options.Reader plus the option shapes image ops share.
 type optReader struct {
-	*ops.Options
+	*options.Reader
 }
 
 // numbers reads a list or tuple of n numbers (any length if n is 0).
@@ -21,7 +21,7 @@ func (o *optReader) numbers(name string, n int, def []float64) ([]float64, error
 	if !ok {
 		return def, nil
 	}
-	s, ok := ops.AsSeq(v)
+	s, ok := options.AsSeq(v)
 	if !ok || (n > 0 && len(s) != n) || len(s) == 0 {
 		what := "a list of numbers"
 		if n > 0 {
@@ -31,7 +31,7 @@ func (o *optReader) numbers(name string, n int, def []float64) ([]float64, error
 	}
 	out := make([]float64, len(s))
 	for i, e := range s {
-		if out[i], ok = ops.AsFloat(e); !ok {
+		if out[i], ok = options.AsFloat(e); !ok {
 			return nil, fmt.Errorf("option %q must be a list of numbers, not %s", name, value.Describe(v))
 		}
 	}
@@ -53,21 +53,21 @@ func (o *optReader) size(name string, square bool) (int, int, error) {
 	if !ok {
 		return 0, 0, nil
 	}
-	if n, ok := ops.AsInt(v); ok && square {
+	if n, ok := options.AsInt(v); ok && square {
 		if n <= 0 || n > math.MaxInt32 {
 			return 0, 0, fmt.Errorf("option %q must be positive, not %d", name, n)
 		}
 		return int(n), int(n), nil
 	}
-	s, ok := ops.AsSeq(v)
+	s, ok := options.AsSeq(v)
 	if ok && len(s) == 2 {
-		h, okH := ops.AsInt(s[0])
-		w, okW := ops.AsInt(s[1])
+		h, okH := options.AsInt(s[0])
+		w, okW := options.AsInt(s[1])
 		if okH && okW && h > 0 && w > 0 && h <= math.MaxInt32 && w <= math.MaxInt32 {
 			return int(h), int(w), nil
 		}
 	}
-	if _, isInt := ops.AsInt(v); isInt {
+	if _, isInt := options.AsInt(v); isInt {
 		return 0, 0, fmt.Errorf("option %q must be [height, width], not %s; for torchvision's Resize(n) use short_side=n", name, value.Describe(v))
 	}
 	return 0, 0, fmt.Errorf("option %q must be [height, width] of positive ints, not %s", name, value.Describe(v))
@@ -81,7 +81,7 @@ func (o *optReader) seed() (uint64, error) {
 		_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
 		return binary.LittleEndian.Uint64(b[:]), nil
 	}
-	n, ok := ops.AsInt(v)
+	n, ok := options.AsInt(v)
 	if !ok {
 		return 0, fmt.Errorf("option \"seed\" must be an int or None, not %s", value.Describe(v))
 	}

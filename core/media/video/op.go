@@ -10,6 +10,7 @@ import (
 
 	"github.com/spdl-go/spdl-go/core/media/av"
 	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/tensor"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -77,7 +78,7 @@ func parseOptions(m map[string]any) (o Options, err error) {
 		}
 		o.Indices = make([]int64, len(xs))
 		for i, x := range xs {
-			n, ok := ops.AsInt(x)
+			n, ok := options.AsInt(x)
 			if !ok {
 				return o, fmt.Errorf("option \"indices\" must be a list of ints; item %d is %s", i, value.Describe(x))
 			}
@@ -89,8 +90,8 @@ func parseOptions(m map[string]any) (o Options, err error) {
 		if !ok || len(xs) != 2 {
 			return o, fmt.Errorf("option \"size\" must be [height, width], not %s", value.Describe(v))
 		}
-		h, okh := ops.AsInt(xs[0])
-		w, okw := ops.AsInt(xs[1])
+		h, okh := options.AsInt(xs[0])
+		w, okw := options.AsInt(xs[1])
 		if !okh || !okw || h < 1 || w < 1 || h > math.MaxInt32 || w > math.MaxInt32 {
 			return o, fmt.Errorf("option \"size\" must be [height, width] with ints >= 1, not %s", value.Describe(v))
 		}
@@ -106,14 +107,14 @@ func parseOptions(m map[string]any) (o Options, err error) {
 		if !ok || v == nil {
 			continue
 		}
-		n, ok := ops.AsInt(v)
+		n, ok := options.AsInt(v)
 		if !ok || n < x.min || n > math.MaxInt32 {
 			return o, fmt.Errorf("option %q must be an int >= %d, not %s", x.name, x.min, value.Describe(v))
 		}
 		*x.dst = int(n)
 	}
 	if v, ok := m["max_pixels"]; ok && v != nil {
-		n, ok := ops.AsInt(v)
+		n, ok := options.AsInt(v)
 		if !ok || n < 1 {
 			return o, fmt.Errorf("option \"max_pixels\" must be an int >= 1, not %s", value.Describe(v))
 		}
@@ -128,7 +129,7 @@ func parseOptions(m map[string]any) (o Options, err error) {
 		if !ok || v == nil {
 			continue
 		}
-		f, ok := ops.AsFloat(v)
+		f, ok := options.AsFloat(v)
 		if !ok {
 			return o, fmt.Errorf("option %q must be a number, not %s", x.name, value.Describe(v))
 		}
@@ -157,7 +158,7 @@ func parseOptions(m map[string]any) (o Options, err error) {
 
 // seq reads a list option; Go callers may also pass []int64 or []int.
 func seq(v any) ([]any, bool) {
-	if xs, ok := ops.AsSeq(v); ok {
+	if xs, ok := options.AsSeq(v); ok {
 		return xs, true
 	}
 	switch x := v.(type) {
