@@ -47,12 +47,13 @@ type epoch struct {
 	sink     chan any
 	tokens   chan struct{} // NumThreads cap; nil if none
 
-	counters  []*stageCounters // [0] source, [i+1] stage i
-	failures  atomic.Int64     // over all stages
-	delivered atomic.Int64
-	sinkOcc   atomic.Int64 // sum of len(sink) sampled after each delivery
-	start     time.Time
-	elapsed   atomic.Int64 // set when finished
+	counters     []*stageCounters // [0] source, [i+1] stage i
+	sinkCounters *stageCounters   // failures of Config.SinkEncode
+	failures     atomic.Int64     // over all stages
+	delivered    atomic.Int64
+	sinkOcc      atomic.Int64 // sum of len(sink) sampled after each delivery
+	start        time.Time
+	elapsed      atomic.Int64 // set when finished
 
 	recentMu sync.Mutex
 	recent   [maxRecent]string // ring of the last item errors
@@ -74,19 +75,6 @@ type stageCounters struct {
 	gate        chan struct{} // AutoConcurrency stages; see autotune.go
 	abandoned   atomic.Int64  // calls abandoned after a timeout; see timeout.go
 	onDone      func()        // called after workersDone is closed; may be nil
-}
-
-// workerExit is deferred by every pipe worker.
-func (c *stageCounters) workerExit(out chan<- any, closeOut bool) {
-	if c.remaining.Add(-1) == 0 {
-		if closeOut {
-			close(out)
-		}
-		close(c.workersDone)
-		if c.onDone != nil {
-			c.onDone()
-		}
-	}
 }
 
 // enter takes a gate token (auto stages) before a worker takes an item;
@@ -112,14 +100,15 @@ type slot struct {
 func newEpoch(p *Pipeline, parent context.Context, cancel context.CancelFunc) *epoch {
 	n := len(p.stages)
 	ep := &epoch{
-		p:        p,
-		parent:   parent,
-		cancel:   cancel,
-		halted:   make(chan struct{}),
-		finished: make(chan struct{}),
-		queues:   make([]chan any, n+1),
-		counters: make([]*stageCounters, n+1),
-		start:    time.Now(),
+		p:            p,
+		parent:       parent,
+		cancel:       cancel,
+		halted:       make(chan struct{}),
+		finished:     make(chan struct{}),
+		queues:       make([]chan any, n+1),
+		counters:     make([]*stageCounters, n+1),
+		sinkCounters: &stageCounters{},
+		start:        time.Now(),
 	}
 	for i := range n {
 		ep.queues[i] = make(chan any, p.cfg.QueueSize)
@@ -176,29 +165,38 @@ func (ep *epoch) launch(it Iterator) {
 		}
 		g.Go(func() error { return ep.runTuner(auto, allDone) })
 	}
-	g.Go(onThread(it, func() error { return ep.runSource(it, ep.queues[0], last >= 0) }))
+	src := &worker{ep: ep, s: &sourceInfo, c: ep.counters[0], sl: &ep.counters[0].slots[0], out: ep.queues[0], closeOut: last >= 0}
+	if last < 0 {
+		src.sink = ep.p.cfg.SinkEncode
+	}
+	g.Go(onThread(it, func() error { return src.runSource(it) }))
 	for i := range ep.p.stages {
 		s := &ep.p.stages[i]
 		c := ep.counters[i+1]
-		in, out := ep.queues[i], ep.queues[i+1]
-		closeOut := i != last // the waiter closes the sink
-		switch {
-		case s.Kind == KindAggregate:
-			g.Go(func() error { return ep.runAggregate(s, c, in, out, closeOut) })
-		case s.Kind == KindDisaggregate:
-			g.Go(func() error { return ep.runDisaggregate(s, c, in, out, closeOut) })
-		case s.Order == OrderInput:
-			ep.launchOrdered(g, s, c, in, out, closeOut)
-		case s.Timeout > 0:
-			for w := range s.Concurrency {
-				sl := &c.slots[w]
-				g.Go(func() error {
-					return ep.supervise(s, c, sl, nil, out, closeOut, func(is *inner) error { return ep.workerLoop(s, c, sl, in, out, is) })
-				})
+		w := worker{ep: ep, s: s, c: c, in: ep.queues[i], out: ep.queues[i+1], closeOut: i != last}
+		if i == last {
+			w.sink = ep.p.cfg.SinkEncode
+		}
+		if s.Kind != KindPipe {
+			// One goroutine, in the slot after the pipe workers'.
+			w.sl = &c.slots[s.Concurrency]
+			if s.Kind == KindAggregate {
+				g.Go(w.runAggregate)
+			} else {
+				g.Go(w.runDisaggregate)
 			}
-		default:
-			for w := range s.Concurrency {
-				g.Go(onThread(s.Op, func() error { return ep.runWorker(s, c, &c.slots[w], in, out, closeOut) }))
+			continue
+		}
+		if s.Order == OrderInput {
+			w.r = newReorder(2 * s.Concurrency)
+		}
+		for k := range s.Concurrency {
+			wk := w
+			wk.sl = &c.slots[k]
+			if s.Timeout > 0 {
+				g.Go(wk.supervise)
+			} else {
+				g.Go(onThread(s.Op, wk.run))
 			}
 		}
 	}
@@ -344,11 +342,13 @@ func isDone(done <-chan struct{}) bool {
 	}
 }
 
-func (ep *epoch) runSource(it Iterator, out chan any, closeOut bool) (err error) {
-	sl := &ep.counters[0].slots[0]
+// runSource is the source's goroutine: w.out is the first queue (the sink
+// when there are no stages).
+func (w *worker) runSource(it Iterator) (err error) {
+	ep := w.ep
 	defer func() {
-		if closeOut {
-			close(out)
+		if w.closeOut {
+			close(w.out)
 		}
 	}()
 	defer func() {
@@ -364,19 +364,21 @@ func (ep *epoch) runSource(it Iterator, out chan any, closeOut bool) (err error)
 			}
 			var f *ItemFailure
 			if errors.As(err, &f) {
-				if ferr := ep.itemFailed(&sourceInfo, ep.counters[0], f.Item, f.Err); ferr != nil {
-					return ferr
+				if w.failed(f.Item, f.Err) == fateFatal {
+					return w.err
 				}
 				continue
 			}
 			return ep.fail(&SourceError{Err: err})
 		}
-		if !send(out, v, ep.done) {
-			release(v)
+		switch w.pass(v) {
+		case fateDropped:
+			continue
+		case fateFatal:
+			return w.err
+		case fateEnd:
 			return nil
 		}
-		sl.out.Add(1)
-		sl.occ.Add(int64(len(out)))
 	}
 }
 
@@ -409,128 +411,3 @@ type closeError struct{ err error }
 
 func (e *closeError) Error() string { return "close: " + e.err.Error() }
 func (e *closeError) Unwrap() error { return e.err }
-
-// call runs the op on v under the NumThreads cap (and the stage's Timeout,
-// when is is not nil). ok is false when the item is gone (failed or
-// cancelled); fatal is non-nil when a failure limit was exceeded; lost is
-// true when the call was abandoned after a timeout, and the worker must
-// return without touching anything (see timeout.go).
-func (ep *epoch) call(s *stageInfo, c *stageCounters, sl *slot, v any, is *inner, seq uint64) (out any, ok bool, fatal error, lost bool) {
-	tokens := ep.tokens
-	if s.ioBound {
-		tokens = nil
-	}
-	if tokens != nil && !send(tokens, struct{}{}, ep.done) {
-		release(v) // never handed to the op: still ours
-		return nil, false, nil, false
-	}
-	sl.active.Add(1)
-	t0 := time.Now()
-	var err error
-	if is != nil {
-		if out, err, lost = ep.timed(s, sl, v, is, seq); lost {
-			return nil, false, nil, true
-		}
-	} else {
-		out, err = safeProcess(ep.ctx, s.Op, v)
-	}
-	d := time.Since(t0)
-	sl.busy.Add(int64(d))
-	sl.lat.record(d)
-	if tr := ep.p.trace.Load(); tr != nil {
-		tr.add(sl, t0, d, err != nil)
-	}
-	sl.active.Add(-1)
-	if tokens != nil {
-		<-tokens
-	}
-	if err == nil {
-		return out, true, nil, false
-	}
-	if isDone(ep.done) {
-		return nil, false, nil, false // most likely the cancellation itself: not the item's fault
-	}
-	return nil, false, ep.itemFailed(s, c, describeFailed(v, err), err), false
-}
-
-// ItemDescriber is implemented by an op's error that can name the failed
-// item better than the engine can (the engine sees a Python object only as
-// a reference, for example).
-type ItemDescriber interface {
-	FailedItem() string
-}
-
-func describeFailed(v any, err error) string {
-	var d ItemDescriber
-	if errors.As(err, &d) {
-		if s := d.FailedItem(); s != "" {
-			return s
-		}
-	}
-	return describeOwned(v)
-}
-
-func safeProcess(ctx context.Context, op Op, v any) (out any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = nil, &PanicError{Value: r, Stack: string(debug.Stack())}
-		}
-	}()
-	return op.Process(ctx, v)
-}
-
-// runWorker is one of the Concurrency goroutines of an unordered pipe
-// stage. The last worker to return closes out.
-func (ep *epoch) runWorker(s *stageInfo, c *stageCounters, sl *slot, in <-chan any, out chan<- any, closeOut bool) error {
-	defer c.workerExit(out, closeOut)
-	return ep.workerLoop(s, c, sl, in, out, nil)
-}
-
-// workerLoop is the body of an unordered worker; is links it to its
-// supervisor in a stage with a Timeout (nil otherwise).
-func (ep *epoch) workerLoop(s *stageInfo, c *stageCounters, sl *slot, in <-chan any, out chan<- any, is *inner) error {
-	for {
-		if !c.enter(ep.done) {
-			return nil
-		}
-		err, more, lost := ep.workOne(s, c, sl, in, out, is)
-		if lost {
-			return nil // the supervisor gave back the gate token
-		}
-		c.leave()
-		if !more {
-			return err
-		}
-	}
-}
-
-// workOne takes one item, runs the op and sends the result; more is false
-// when the worker should return err.
-func (ep *epoch) workOne(s *stageInfo, c *stageCounters, sl *slot, in <-chan any, out chan<- any, is *inner) (err error, more, lost bool) {
-	v, ok := recv(in, ep.done)
-	if !ok {
-		return nil, false, false
-	}
-	sl.in.Add(1)
-	if isDone(ep.done) {
-		release(v)
-		return nil, false, false
-	}
-	r, ok, fatal, lost := ep.call(s, c, sl, v, is, 0)
-	if lost {
-		return nil, false, true
-	}
-	if fatal != nil {
-		return fatal, false, false
-	}
-	if !ok {
-		return nil, true, false
-	}
-	if !send(out, r, ep.done) {
-		release(r)
-		return nil, false, false
-	}
-	sl.out.Add(1)
-	sl.occ.Add(int64(len(out)))
-	return nil, true, false
-}

@@ -153,7 +153,7 @@ func drain(t *testing.T, p *pipeline.Pipeline) ([]any, error) {
 
 // runAll builds, starts and drains a pipeline, then stops it and checks
 // for leaked goroutines.
-func runAll(t *testing.T, cfg pipeline.Config) ([]any, error, pipeline.Stats) {
+func runAll(t *testing.T, cfg pipeline.Config) ([]any, pipeline.Stats, error) {
 	t.Helper()
 	p := mustNew(t, cfg)
 	if err := p.Start(); err != nil {
@@ -165,7 +165,7 @@ func runAll(t *testing.T, cfg pipeline.Config) ([]any, error, pipeline.Stats) {
 		t.Errorf("Stop: %v", err)
 	}
 	goleak.VerifyNone(t)
-	return out, err, st
+	return out, st, err
 }
 
 func int64s(xs []any) []int64 {

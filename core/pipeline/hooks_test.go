@@ -92,7 +92,7 @@ func TestItemDescriberNamesTheItem(t *testing.T) {
 	fail := pipeline.OpFunc(func(_ context.Context, in any) (any, error) {
 		return nil, fmt.Errorf("wrapped: %w", &describedErr{item: "('a.jpg', 3)"})
 	})
-	_, err, _ := runAll(t, pipeline.Config{
+	_, _, err := runAll(t, pipeline.Config{
 		Source:     pipeline.Range(0, 5, 1),
 		Stages:     []pipeline.StageConfig{{Name: "load", Kind: pipeline.KindPipe, Op: fail, MaxFailures: 0}},
 		BufferSize: 1, MaxFailures: -1,

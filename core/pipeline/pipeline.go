@@ -131,7 +131,8 @@ func (k Kind) String() string {
 // Name: New keeps a unique non-empty name. An empty name becomes
 // "<kind>_<index>" (e.g. "pipe_0"); a duplicate gets "_<index>" appended
 // (e.g. the second "decode" at index 3 becomes "decode_3"). index is the
-// stage's position in Config.Stages, from 0.
+// stage's position in Config.Stages, from 0. "source" is taken, and so is
+// "sink" when Config.SinkEncode is set (its failures are the sink's).
 type StageConfig struct {
 	Name        string
 	Kind        Kind
@@ -172,6 +173,24 @@ type Config struct {
 	// TuneInterval is the shortest window over which an AutoConcurrency
 	// stage's throughput is measured; 0 means 100ms.
 	TuneInterval time.Duration
+	// SinkEncode, if set, turns every item into what Next returns, on its
+	// way into the sink's prefetch buffer: a host binding encodes items
+	// for the host with it, on the pipeline's goroutines rather than on the
+	// thread that calls Next. It runs on the goroutines that send to the
+	// sink: each worker of the last stage (so at that stage's concurrency;
+	// an OrderInput stage's workers run it before their results are put
+	// back in order), the aggregate or disaggregate goroutine, or the
+	// source's goroutine when there are no stages. It must be safe to call
+	// from several goroutines at once.
+	//
+	// It owns its input. On error it must have released (or kept) the
+	// item, and the item fails as one of the stage "sink": counted in
+	// Stats.Sink.Failures and against Config.MaxFailures (not the last
+	// stage's), named in Stats.RecentErrors; a panic is recovered into a
+	// *PanicError. It is not a stage: Stats.Stages and traces show only
+	// Stages. Its time counts in the BusyNs of the stage that runs it,
+	// not in that stage's latency percentiles.
+	SinkEncode func(item any) (any, error)
 }
 
 const defaultQueueSize = 2
@@ -234,7 +253,7 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	p := &Pipeline{cfg: cfg, stages: make([]stageInfo, len(cfg.Stages))}
 	p.cfg.Stages = nil // p.stages holds the normalized copies
-	taken := map[string]bool{"source": true}
+	taken := map[string]bool{"source": true, "sink": cfg.SinkEncode != nil}
 	for i, sc := range cfg.Stages {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("pipeline: stage %d (%q, %s): %s", i, sc.Name, sc.Kind, fmt.Sprintf(format, args...))

@@ -45,7 +45,7 @@ func TestOutputOrder(t *testing.T) {
 				}
 				return in, nil
 			})
-			out, err, _ := runAll(t, pipeline.Config{
+			out, _, err := runAll(t, pipeline.Config{
 				Source:      pipeline.Range(0, n, 1),
 				Stages:      []pipeline.StageConfig{{Name: "jitter", Op: jitter, Concurrency: tc.concurrency, Order: tc.order, MaxFailures: -1}},
 				BufferSize:  4,
@@ -81,7 +81,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s_c%d", tc.order, tc.concurrency), func(t *testing.T) {
 			g := newGauge(tc.concurrency)
-			out, err, _ := runAll(t, pipeline.Config{
+			out, _, err := runAll(t, pipeline.Config{
 				Source:     pipeline.Range(0, int64(8*tc.concurrency), 1),
 				Stages:     []pipeline.StageConfig{{Op: pipeline.OpFunc(g.op), Concurrency: tc.concurrency, Order: tc.order}},
 				BufferSize: 2,
@@ -104,7 +104,7 @@ func TestNumThreadsCap(t *testing.T) {
 		t.Run(fmt.Sprintf("threads_%d", threads), func(t *testing.T) {
 			g := newGauge(threads) // shared by both stages
 			op := pipeline.OpFunc(g.op)
-			out, err, _ := runAll(t, pipeline.Config{
+			out, _, err := runAll(t, pipeline.Config{
 				Source: pipeline.Range(0, 40, 1),
 				Stages: []pipeline.StageConfig{
 					{Name: "a", Op: op, Concurrency: 4},
@@ -142,7 +142,7 @@ func TestAggregate(t *testing.T) {
 		{"fewer_than_size_dropped", 2, 3, true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err, st := runAll(t, pipeline.Config{
+			out, st, err := runAll(t, pipeline.Config{
 				Source:     pipeline.Range(0, int64(tc.n), 1),
 				Stages:     []pipeline.StageConfig{{Kind: pipeline.KindAggregate, Size: tc.size, DropLast: tc.dropLast}},
 				BufferSize: 1,
@@ -171,7 +171,7 @@ func TestAggregate(t *testing.T) {
 
 func TestAggregateReleasesDroppedPartial(t *testing.T) {
 	l := &ledger{}
-	out, err, _ := runAll(t, pipeline.Config{
+	out, _, err := runAll(t, pipeline.Config{
 		Source:     &trackedSource{n: 7, l: l},
 		Stages:     []pipeline.StageConfig{{Kind: pipeline.KindAggregate, Size: 3, DropLast: true}},
 		BufferSize: 1,
@@ -201,7 +201,7 @@ func TestDisaggregate(t *testing.T) {
 		{"non_list_fails", []any{value.List{int64(0)}, "not a list", int64(7), value.List{int64(1)}}, []int64{0, 1}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err, st := runAll(t, pipeline.Config{
+			out, st, err := runAll(t, pipeline.Config{
 				Source:      pipeline.Slice(tc.in),
 				Stages:      []pipeline.StageConfig{{Name: "flat", Kind: pipeline.KindDisaggregate, MaxFailures: -1}},
 				BufferSize:  2,
@@ -488,7 +488,7 @@ func TestPanickingOp(t *testing.T) {
 				}
 				return in, nil
 			})
-			out, err, st := runAll(t, pipeline.Config{
+			out, st, err := runAll(t, pipeline.Config{
 				Source:      pipeline.Range(0, 10, 1),
 				Stages:      []pipeline.StageConfig{{Name: "fragile", Op: op, Concurrency: 2, Order: order, MaxFailures: -1}},
 				BufferSize:  2,
@@ -510,7 +510,7 @@ func TestPanickingOp(t *testing.T) {
 
 func TestPanicErrorDetails(t *testing.T) {
 	op := pipeline.OpFunc(func(context.Context, any) (any, error) { panic(io.ErrUnexpectedEOF) })
-	_, err, _ := runAll(t, pipeline.Config{
+	_, _, err := runAll(t, pipeline.Config{
 		Source:     pipeline.Slice([]any{"b.jpg"}),
 		Stages:     []pipeline.StageConfig{{Name: "decode", Op: op, MaxFailures: 0}},
 		BufferSize: 1,
@@ -864,7 +864,7 @@ func TestStats(t *testing.T) {
 
 func TestRecentErrorsKeepsLast16(t *testing.T) {
 	fail := pipeline.OpFunc(func(_ context.Context, in any) (any, error) { return nil, fmt.Errorf("e%d", in) })
-	_, err, st := runAll(t, pipeline.Config{
+	_, st, err := runAll(t, pipeline.Config{
 		Source:      pipeline.Range(0, 40, 1),
 		Stages:      []pipeline.StageConfig{{Op: fail, MaxFailures: -1}},
 		BufferSize:  1,
@@ -966,7 +966,7 @@ func TestRangeAndSlice(t *testing.T) {
 		{"slice", pipeline.Slice([]any{int64(5), int64(6)}), []int64{5, 6}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err, _ := runAll(t, pipeline.Config{Source: tc.src, BufferSize: 1})
+			out, _, err := runAll(t, pipeline.Config{Source: tc.src, BufferSize: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1001,7 +1001,7 @@ func TestSourceItemFailures(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			out, err, st := runAll(t, pipeline.Config{
+			out, st, err := runAll(t, pipeline.Config{
 				Source:      src,
 				Stages:      []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: pipeline.OpFunc(identity)}},
 				BufferSize:  2,
@@ -1050,7 +1050,7 @@ func (o *ioOp) WaitsOnIO() bool { return o.io }
 func TestIOBoundOpsSkipTheThreadCap(t *testing.T) {
 	for _, io := range []bool{false, true} {
 		op := &ioOp{io: io}
-		out, err, _ := runAll(t, pipeline.Config{
+		out, _, err := runAll(t, pipeline.Config{
 			Source:     pipeline.Range(0, 64, 1),
 			Stages:     []pipeline.StageConfig{{Kind: pipeline.KindPipe, Op: op, Concurrency: 16}},
 			BufferSize: 64, NumThreads: 2,

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"sync"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
@@ -42,87 +40,51 @@ const (
 	slotSkip
 )
 
-func (ep *epoch) launchOrdered(g *errgroup.Group, s *stageInfo, c *stageCounters, in <-chan any, out chan<- any, closeOut bool) {
-	w := 2 * s.Concurrency
-	r := &reorder{slots: make([]rslot, w), window: make(chan struct{}, w)}
-	for i := range s.Concurrency {
-		sl := &c.slots[i]
-		if s.Timeout > 0 {
-			g.Go(func() error {
-				return ep.supervise(s, c, sl, r, out, closeOut, func(is *inner) error { return ep.orderedLoop(s, c, sl, r, in, out, is) })
-			})
-			continue
-		}
-		g.Go(onThread(s.Op, func() error { return ep.runOrderedWorker(s, c, sl, r, in, out, closeOut) }))
+func newReorder(window int) *reorder {
+	return &reorder{slots: make([]rslot, window), window: make(chan struct{}, window)}
+}
+
+// orderedOne takes, runs and completes one item of an ordered stage.
+func (w *worker) orderedOne() fate {
+	ep, r := w.ep, w.r
+	if !send(r.window, struct{}{}, ep.done) {
+		return fateEnd
 	}
-}
-
-func (ep *epoch) runOrderedWorker(s *stageInfo, c *stageCounters, sl *slot, r *reorder, in <-chan any, out chan<- any, closeOut bool) error {
-	// Emitting happens only inside complete, so once the last worker is
-	// here nobody can send to out any more.
-	defer c.workerExit(out, closeOut)
-	return ep.orderedLoop(s, c, sl, r, in, out, nil)
-}
-
-// orderedLoop is the body of an ordered worker; is links it to its
-// supervisor in a stage with a Timeout (nil otherwise).
-func (ep *epoch) orderedLoop(s *stageInfo, c *stageCounters, sl *slot, r *reorder, in <-chan any, out chan<- any, is *inner) error {
-	var fatal error
-	for {
-		if !c.enter(ep.done) {
-			return fatal
-		}
-		more, lost := ep.orderedOne(s, c, sl, r, in, out, is, &fatal)
-		if lost {
-			return nil // the supervisor completed the item and gave back the tokens
-		}
-		c.leave()
-		if !more {
-			return fatal
-		}
+	r.rmu.Lock()
+	v, ok := recv(w.in, ep.done)
+	seq := r.next
+	if ok {
+		r.next++
 	}
-}
-
-// orderedOne takes, runs and completes one item; more is false when the
-// worker should return, lost when its call was abandoned.
-func (ep *epoch) orderedOne(s *stageInfo, c *stageCounters, sl *slot, r *reorder, in <-chan any, out chan<- any, is *inner, fatal *error) (more, lost bool) {
-	{
-		if !send(r.window, struct{}{}, ep.done) {
-			return false, false
-		}
-		r.rmu.Lock()
-		v, ok := recv(in, ep.done)
-		seq := r.next
-		if ok {
-			r.next++
-		}
-		r.rmu.Unlock()
-		if !ok {
-			<-r.window
-			return false, false
-		}
-		sl.in.Add(1)
-		if isDone(ep.done) {
-			release(v)
-			r.complete(ep, sl, seq, nil, false, out)
-			return false, false
-		}
-		res, ok, err, lost := ep.call(s, c, sl, v, is, seq)
-		if lost {
-			return false, true
-		}
-		if err != nil && *fatal == nil {
-			*fatal = err
-		}
-		// Always complete: the head must move past every number taken.
-		r.complete(ep, sl, seq, res, ok, out)
-		return true, false
+	r.rmu.Unlock()
+	if !ok {
+		<-r.window
+		return fateEnd
 	}
+	w.sl.in.Add(1)
+	if isDone(ep.done) {
+		release(v)
+		w.complete(seq, nil, false)
+		return fateEnd
+	}
+	res, f := w.call(v, seq)
+	if f == fateLost {
+		return f
+	}
+	if f == fatePassed && w.sink != nil {
+		// Here, not when emitting: the workers encode in parallel.
+		res, f = w.encode(res)
+	}
+	// Always complete: the head must move past every number taken.
+	w.complete(seq, res, f == fatePassed)
+	return f
 }
 
-// complete stores the outcome of item seq and, if it is the head and no
-// one else is emitting, emits it and every ready item behind it.
-func (r *reorder) complete(ep *epoch, sl *slot, seq uint64, v any, ok bool, out chan<- any) {
+// complete stores the outcome of item seq (v, if ok) and, if it is the
+// head and no one else is emitting, emits it and every ready item behind
+// it.
+func (w *worker) complete(seq uint64, v any, ok bool) {
+	r := w.r
 	n := uint64(len(r.slots))
 	r.mu.Lock()
 	st := uint8(slotSkip)
@@ -145,9 +107,9 @@ func (r *reorder) complete(ep *epoch, sl *slot, seq uint64, v any, ok bool, out 
 		r.head++
 		r.mu.Unlock()
 		if ready {
-			if send(out, v, ep.done) {
-				sl.out.Add(1)
-				sl.occ.Add(int64(len(out)))
+			if send(w.out, v, w.ep.done) {
+				w.sl.out.Add(1)
+				w.sl.occ.Add(int64(len(w.out)))
 			} else {
 				release(v)
 			}
@@ -159,52 +121,52 @@ func (r *reorder) complete(ep *epoch, sl *slot, seq uint64, v any, ok bool, out 
 	r.mu.Unlock()
 }
 
-func (ep *epoch) runAggregate(s *stageInfo, c *stageCounters, in <-chan any, out chan<- any, closeOut bool) error {
-	if closeOut {
-		defer close(out)
+// runAggregate is an aggregate stage's goroutine.
+func (w *worker) runAggregate() error {
+	if w.closeOut {
+		defer close(w.out)
 	}
-	sl := &c.slots[s.Concurrency]
-	batch := make(value.List, 0, s.Size)
+	size := w.s.Size
+	batch := make(value.List, 0, size)
 	for {
-		v, ok := recv(in, ep.done)
+		v, ok := recv(w.in, w.ep.done)
 		if !ok {
 			if len(batch) == 0 {
 				return nil
 			}
-			if s.DropLast || isDone(ep.done) || !send(out, any(batch), ep.done) {
+			if w.s.DropLast || isDone(w.ep.done) {
 				release(batch)
 				return nil
 			}
-			sl.out.Add(1)
-			sl.occ.Add(int64(len(out)))
-			return nil
+			w.pass(batch)
+			return w.err
 		}
-		sl.in.Add(1)
+		w.sl.in.Add(1)
 		batch = append(batch, v)
-		if len(batch) < s.Size {
+		if len(batch) < size {
 			continue
 		}
-		if !send(out, any(batch), ep.done) {
-			release(batch)
+		switch w.pass(batch) {
+		case fateFatal:
+			return w.err
+		case fateEnd:
 			return nil
 		}
-		sl.out.Add(1)
-		sl.occ.Add(int64(len(out)))
-		batch = make(value.List, 0, s.Size)
+		batch = make(value.List, 0, size)
 	}
 }
 
-func (ep *epoch) runDisaggregate(s *stageInfo, c *stageCounters, in <-chan any, out chan<- any, closeOut bool) error {
-	if closeOut {
-		defer close(out)
+// runDisaggregate is a disaggregate stage's goroutine.
+func (w *worker) runDisaggregate() error {
+	if w.closeOut {
+		defer close(w.out)
 	}
-	sl := &c.slots[s.Concurrency]
 	for {
-		v, ok := recv(in, ep.done)
+		v, ok := recv(w.in, w.ep.done)
 		if !ok {
 			return nil
 		}
-		sl.in.Add(1)
+		w.sl.in.Add(1)
 		var elems []any
 		switch x := v.(type) {
 		case value.List:
@@ -216,21 +178,27 @@ func (ep *epoch) runDisaggregate(s *stageInfo, c *stageCounters, in <-chan any, 
 		default:
 			item := value.Describe(v) // ours: the engine owns v here
 			release(v)
-			if err := ep.itemFailed(s, c, item, fmt.Errorf("disaggregate needs a list or tuple, got %T", v)); err != nil {
-				return err
+			if w.failed(item, fmt.Errorf("disaggregate needs a list or tuple, got %T", v)) == fateFatal {
+				return w.err
 			}
 			continue
 		}
 		for i, e := range elems {
-			if !send(out, e, ep.done) {
-				for _, rest := range elems[i:] {
-					release(rest)
-				}
+			switch w.pass(e) {
+			case fateFatal:
+				releaseAll(elems[i+1:])
+				return w.err
+			case fateEnd:
+				releaseAll(elems[i+1:])
 				return nil
 			}
-			sl.out.Add(1)
-			sl.occ.Add(int64(len(out)))
 		}
+	}
+}
+
+func releaseAll(vs []any) {
+	for _, v := range vs {
+		release(v)
 	}
 }
 

@@ -41,7 +41,7 @@ type StageStats struct {
 	// OpStats are the op's own counters, if it keeps any (OpStatsReporter):
 	// a read cache's hits and misses, for example. Cumulative, not per epoch.
 	OpStats            map[string]int64 `json:"op_stats,omitempty"`
-	BusyNs             int64            `json:"busy_ns"` // summed wall time inside Op.Process
+	BusyNs             int64            `json:"busy_ns"` // summed wall time inside Op.Process (and in Config.SinkEncode, where this stage runs it)
 	Active             int64            `json:"active"`  // ops running now
 	QueueLen           int              `json:"queue_len"`
 	QueueCap           int              `json:"queue_cap"`
@@ -62,6 +62,7 @@ type SinkStats struct {
 	Len       int   `json:"len"`
 	Cap       int   `json:"cap"`
 	Delivered int64 `json:"delivered"` // items returned by Next
+	Failures  int64 `json:"failures"`  // items failed by Config.SinkEncode
 	// MeanOccupancy is the mean of len/cap of the buffer sampled just
 	// after each Next took an item. Near 1, the pipeline keeps the buffer
 	// full: the consumer calling Next is the bottleneck.
@@ -115,7 +116,7 @@ func (ep *epoch) stats(st *Stats) {
 	for i := range st.Stages {
 		fill(&st.Stages[i], ep.counters[i+1], ep.queues[i+1])
 	}
-	st.Sink = SinkStats{Len: len(ep.sink), Cap: cap(ep.sink), Delivered: ep.delivered.Load()}
+	st.Sink = SinkStats{Len: len(ep.sink), Cap: cap(ep.sink), Delivered: ep.delivered.Load(), Failures: ep.sinkCounters.failures.Load()}
 	if d := st.Sink.Delivered; d > 0 && st.Sink.Cap > 0 {
 		st.Sink.MeanOccupancy = float64(ep.sinkOcc.Load()) / float64(d) / float64(st.Sink.Cap)
 	}

@@ -76,7 +76,7 @@ func TestLatencyPercentiles(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			op := &timedOp{slow: d, isSlow: c.isSlow}
-			_, err, st := runAll(t, pipeline.Config{
+			_, st, err := runAll(t, pipeline.Config{
 				Source:    pipeline.Range(0, c.n, 1),
 				Stages:    []pipeline.StageConfig{{Name: "op", Op: op, Concurrency: 2}},
 				QueueSize: 4, BufferSize: 4,

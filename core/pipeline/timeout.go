@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -80,10 +81,14 @@ func (is *inner) loseCall(tc *timedCall) bool {
 	return true
 }
 
-// timed runs the op on v under s.Timeout. lost is true when the call was
-// abandoned meanwhile: the caller must then return at once and touch
-// nothing (the supervisor has settled the item and the worker's tokens).
-func (ep *epoch) timed(s *stageInfo, sl *slot, v any, is *inner, seq uint64) (out any, err error, lost bool) {
+// errCallLost is what timed returns when its call was abandoned meanwhile:
+// the worker must then return at once and touch nothing (the supervisor
+// has settled the item and the worker's tokens).
+var errCallLost = errors.New("pipeline: call abandoned")
+
+// timed runs the op on v under the stage's Timeout, for w.call.
+func (w *worker) timed(v any, seq uint64) (any, error) {
+	ep, s, is := w.ep, w.s, w.is
 	tc := &timedCall{desc: describeOwned(v), seq: seq}
 	ctx, cancel := context.WithCancel(ep.ctx)
 	defer cancel()
@@ -99,34 +104,37 @@ func (ep *epoch) timed(s *stageInfo, sl *slot, v any, is *inner, seq uint64) (ou
 	})
 	tc.timer.Reset(s.Timeout)
 	is.cur.Store(tc)
-	out, err = safeProcess(ctx, s.Op, v)
+	out, err := safeProcess(ctx, s.Op, v)
 	tc.timer.Stop()
 	if !tc.state.CompareAndSwap(callRunning, callReturned) {
 		if err == nil {
 			release(out) // the item already failed; nobody takes this
 		}
-		return nil, nil, true
+		return nil, errCallLost
 	}
 	is.cur.Store(nil)
 	if tc.expired.Load() && !isDone(ep.done) {
 		if err == nil {
 			release(out)
 		}
-		return nil, &TimeoutError{After: s.Timeout}, false
+		return nil, &TimeoutError{After: s.Timeout}
 	}
-	return out, err, false
+	return out, err
 }
 
-// supervise runs a worker loop of a stage with a Timeout in inner
-// goroutines, replacing each one whose call is abandoned. It is the
-// goroutine the errgroup waits for; loop is the worker body for one inner.
-// r is the stage's reorder window, nil for an unordered stage.
-func (ep *epoch) supervise(s *stageInfo, c *stageCounters, sl *slot, r *reorder, out chan<- any, closeOut bool, loop func(is *inner) error) error {
-	defer c.workerExit(out, closeOut)
+// supervise is the goroutine of a worker of a stage with a Timeout, the
+// one the errgroup waits for: it runs the worker's loop in an inner
+// goroutine, with a copy of w linked to it, and replaces each one whose
+// call is abandoned.
+func (w *worker) supervise() error {
+	ep := w.ep
+	defer w.exit()
 	for {
 		is := &inner{lost: make(chan struct{})}
+		iw := *w
+		iw.is = is
 		res := make(chan error, 1)
-		go func() { res <- onThread(s.Op, func() error { return loop(is) })() }()
+		go func() { res <- onThread(w.s.Op, iw.loop)() }()
 		select {
 		case err := <-res:
 			return err
@@ -135,7 +143,7 @@ func (ep *epoch) supervise(s *stageInfo, c *stageCounters, sl *slot, r *reorder,
 			// Stopping: a worker in recv or send returns at once, and an
 			// op that watches ctx soon; one stuck in a call is abandoned
 			// after the grace period rather than holding Stop up.
-			t := time.NewTimer(graceAfter(s.Timeout))
+			t := time.NewTimer(graceAfter(w.s.Timeout))
 			select {
 			case err := <-res:
 				t.Stop()
@@ -148,8 +156,8 @@ func (ep *epoch) supervise(s *stageInfo, c *stageCounters, sl *slot, r *reorder,
 				}
 			}
 		}
-		if fatal := ep.settleLost(s, c, sl, r, out, is.call); fatal != nil {
-			return fatal
+		if w.settleLost(is.call) == fateFatal {
+			return w.err
 		}
 		if isDone(ep.done) {
 			return nil
@@ -160,19 +168,20 @@ func (ep *epoch) supervise(s *stageInfo, c *stageCounters, sl *slot, r *reorder,
 // settleLost fails a lost call's item and gives back what its worker held:
 // its place in the active count, its NumThreads token, its auto gate token
 // and (ordered stages) its place in the reorder window.
-func (ep *epoch) settleLost(s *stageInfo, c *stageCounters, sl *slot, r *reorder, out chan<- any, tc *timedCall) error {
-	c.abandoned.Add(1)
-	sl.active.Add(-1)
-	if ep.tokens != nil && !s.ioBound {
+func (w *worker) settleLost(tc *timedCall) fate {
+	ep := w.ep
+	w.c.abandoned.Add(1)
+	w.sl.active.Add(-1)
+	if ep.tokens != nil && !w.s.ioBound {
 		<-ep.tokens
 	}
-	var fatal error
+	f := fateDropped
 	if !isDone(ep.done) {
-		fatal = ep.itemFailed(s, c, tc.desc, &TimeoutError{After: s.Timeout, Abandoned: true})
+		f = w.failed(tc.desc, &TimeoutError{After: w.s.Timeout, Abandoned: true})
 	}
-	if r != nil {
-		r.complete(ep, sl, tc.seq, nil, false, out)
+	if w.r != nil {
+		w.complete(tc.seq, nil, false)
 	}
-	c.leave()
-	return fatal
+	w.c.leave()
+	return f
 }

@@ -168,7 +168,7 @@ func TestTimeoutStopAndFailureLimit(t *testing.T) {
 	})
 	t.Run("failure limit", func(t *testing.T) {
 		op := newHangOp(t, 1, true)
-		_, err, _ := runAllAfter(t, pipeline.Config{
+		_, _, err := runAllAfter(t, pipeline.Config{
 			Source:     &trackedSource{n: 10, l: &ledger{}},
 			Stages:     []pipeline.StageConfig{{Name: "hang", Kind: pipeline.KindPipe, Op: op, Timeout: 10 * time.Millisecond, MaxFailures: 1}},
 			BufferSize: 1,
@@ -184,7 +184,7 @@ func TestTimeoutStopAndFailureLimit(t *testing.T) {
 }
 
 // runAllAfter is runAll with cleanup run after Stop and before the leak check.
-func runAllAfter(t *testing.T, cfg pipeline.Config, cleanup func()) ([]any, error, pipeline.Stats) {
+func runAllAfter(t *testing.T, cfg pipeline.Config, cleanup func()) ([]any, pipeline.Stats, error) {
 	t.Helper()
 	p := mustNew(t, cfg)
 	if err := p.Start(); err != nil {
@@ -195,7 +195,7 @@ func runAllAfter(t *testing.T, cfg pipeline.Config, cleanup func()) ([]any, erro
 	p.Stop()
 	cleanup()
 	goleak.VerifyNone(t)
-	return out, err, st
+	return out, st, err
 }
 
 func TestTimeoutConfigErrors(t *testing.T) {
