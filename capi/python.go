@@ -15,7 +15,9 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/pipeline"
+	"github.com/spdl-go/spdl-go/core/sources"
 	"github.com/spdl-go/spdl-go/core/value"
 	"github.com/spdl-go/spdl-go/core/wire"
 )
@@ -36,6 +38,22 @@ func releasePyObject(id uint64) {
 	if f := pyReleaseFn.Load(); f != nil {
 		C.spdl_invoke_release(C.spdl_release_fn(unsafe.Pointer(f)), C.uint64_t(id))
 	}
+}
+
+func init() { sources.Register("python", newPySource) }
+
+// newPySource reads {"id": n}: the host's registry id of a Python
+// iterable, which the host's next callback advances.
+func newPySource(m map[string]any) (pipeline.Source, error) {
+	r := options.New(m)
+	id, err := r.Uint64("id", 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Done(); err != nil {
+		return nil, err
+	}
+	return &pySource{id: id}, nil
 }
 
 // PythonError is a Python exception raised by a stage or source; Msg holds

@@ -1,51 +1,64 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
 
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/sampler"
+	"github.com/spdl-go/spdl-go/core/sources"
 )
 
 // samplerRequest is the JSON spdl_sampler_call takes:
 //
-//	{"op": "state", "config": {...}, "progress": {...}, "consumed": [dataset indices]}
+//	{"op": "state", "config": {"n": 10, <sampling>}, "progress": {...}, "consumed": [dataset indices]}
 //	{"op": "merge", "n": 10, "states": [rank states]}
-//	{"op": "list", "listing": {...}}: {"n": count, "classes": [...]} of a listing
+//	{"op": "list", "listing": {...}}: {"n": count, "classes": [...]} of a listing (sources.ReadListing)
+//	{"op": "sampling", "sampling": {...}}: {} if the sampling group is valid
+//
+// <sampling> is the group sampler.ReadOptions reads (shuffle, seed,
+// world_size, rank, drop_last, epoch).
 type samplerRequest struct {
 	Op       string              `json:"op"`
-	Config   samplerConfig       `json:"config"`
+	Config   map[string]any      `json:"config"`
 	Progress sampler.Progress    `json:"progress"`
 	Consumed []int64             `json:"consumed"`
 	N        int64               `json:"n"`
 	States   []sampler.RankState `json:"states"`
-	Listing  listingSpec         `json:"listing"`
+	Listing  map[string]any      `json:"listing"`
+	Sampling map[string]any      `json:"sampling"`
 }
 
-type samplerConfig struct {
-	N        int64  `json:"n"`
-	Shuffle  bool   `json:"shuffle"`
-	Seed     uint64 `json:"seed"`
-	World    int    `json:"world_size"`
-	Rank     int    `json:"rank"`
-	DropLast bool   `json:"drop_last"`
-}
-
-func (c samplerConfig) config() sampler.Config {
-	return sampler.Config{N: c.N, Shuffle: c.Shuffle, Seed: c.Seed, World: c.World, Rank: c.Rank, DropLast: c.DropLast}
+// samplerConfig reads a rank's sampler config: n and the sampling group.
+func samplerConfig(m map[string]any) (sampler.Config, error) {
+	r := options.New(m)
+	n, err := r.Int("n", 0)
+	if err != nil {
+		return sampler.Config{}, err
+	}
+	so, err := sampler.ReadOptions(r)
+	if err != nil {
+		return sampler.Config{}, err
+	}
+	return so.Config(n), r.Done()
 }
 
 // samplerCall answers one request: "state" turns the dataset indices this
 // rank consumed of a plan into its RankState; "merge" turns every rank's
-// state into the epoch's Progress.
+// state into the epoch's Progress; "list" lists a dataset ahead of the
+// build that takes it; "sampling" checks a sampling group.
 func samplerCall(raw []byte) (any, error) {
 	var req samplerRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
+	if err := decodeJSON(raw, &req); err != nil {
 		return nil, fmt.Errorf("sampler request is not valid JSON: %w", err)
 	}
 	switch req.Op {
 	case "state":
-		pl, err := sampler.NewPlan(req.Config.config(), req.Progress)
+		cfg, err := samplerConfig(req.Config)
+		if err != nil {
+			return nil, fmt.Errorf("sampler state: config: %w", err)
+		}
+		pl, err := sampler.NewPlan(cfg, req.Progress)
 		if err != nil {
 			return nil, err
 		}
@@ -53,7 +66,7 @@ func samplerCall(raw []byte) (any, error) {
 		for _, idx := range req.Consumed {
 			i, ok := pl.Item(idx)
 			if !ok {
-				return nil, fmt.Errorf("sampler state: dataset index %d was not dealt to rank %d in epoch %d", idx, req.Config.Rank, req.Progress.Epoch)
+				return nil, fmt.Errorf("sampler state: dataset index %d was not dealt to rank %d in epoch %d", idx, cfg.Rank, req.Progress.Epoch)
 			}
 			tr.Consumed(i)
 		}
@@ -61,11 +74,24 @@ func samplerCall(raw []byte) (any, error) {
 	case "merge":
 		return sampler.Merge(req.N, req.States)
 	case "list":
-		l, err := peekListing(req.Listing)
+		l, err := sources.ReadListing(options.New(req.Listing))
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"n": len(l.items), "classes": l.classes}, nil
+		got, err := sources.PeekListing(context.Background(), l)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"n": len(got.Items), "classes": got.Classes}, nil
+	case "sampling":
+		r := options.New(req.Sampling)
+		if _, err := sampler.ReadOptions(r); err != nil {
+			return nil, err
+		}
+		if err := r.Done(); err != nil {
+			return nil, fmt.Errorf("sampling: %w", err)
+		}
+		return map[string]any{}, nil
 	}
-	return nil, fmt.Errorf("sampler request: unknown op %q (want \"state\", \"merge\" or \"list\")", req.Op)
+	return nil, fmt.Errorf("sampler request: unknown op %q (want \"state\", \"merge\", \"list\" or \"sampling\")", req.Op)
 }

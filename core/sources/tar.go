@@ -16,8 +16,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sampler"
+	"github.com/spdl-go/spdl-go/core/storage"
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
@@ -499,4 +501,81 @@ func clip(b []byte) string {
 		return string(b[:40]) + "..."
 	}
 	return string(b)
+}
+
+func init() { Register("webdataset", newWebDataset) }
+
+// newWebDataset builds a tar shard source:
+//
+//	{"urls": ["shard-{000..009}.tar"], "required": ["jpg"], "decode": {"cls": "int"},
+//	 "shuffle_buffer": 0, "prefetch_shards": 2, "with_index": false,
+//	 "sampling": {...}, "storage": {...}, "stream_resume": {...}}
+//
+// Each URL is a path, a brace pattern or a glob.
+func newWebDataset(m map[string]any) (pipeline.Source, error) {
+	r := options.New(m)
+	urls, err := r.Strings("urls")
+	if err != nil {
+		return nil, err
+	}
+	o := TarOptions{}
+	if o.Required, err = r.Strings("required"); err != nil {
+		return nil, err
+	}
+	if o.Decode, err = r.StringMap("decode"); err != nil {
+		return nil, err
+	}
+	buf, err := r.Int("shuffle_buffer", 0)
+	if err != nil {
+		return nil, err
+	}
+	if buf < 0 || buf > 1<<31-1 {
+		return nil, fmt.Errorf("shuffle_buffer must be an int >= 0, got %d", buf)
+	}
+	o.ShuffleBuffer = int(buf)
+	if r.Has("prefetch_shards") {
+		p, err := r.Int("prefetch_shards", 0)
+		if err != nil {
+			return nil, err
+		}
+		if p < 0 || p > 1<<31-1 {
+			return nil, fmt.Errorf("prefetch_shards must be an int >= 0, got %d", p)
+		}
+		o.Prefetch = int(p)
+		if p == 0 {
+			o.Prefetch = -1 // none ahead; TarOptions' 0 means the default
+		}
+	} else {
+		r.Get("prefetch_shards")
+	}
+	if o.WithIndex, err = r.Bool("with_index", false); err != nil {
+		return nil, err
+	}
+	so, err := readSampling(r)
+	if err != nil {
+		return nil, err
+	}
+	o.Shuffle, o.Seed, o.World, o.Rank, o.DropLast, o.Epoch = so.Shuffle, so.Seed, so.World, so.Rank, so.DropLast, so.Epoch
+	st, err := readStorage(r)
+	if err != nil {
+		return nil, err
+	}
+	var resume StreamResume
+	if ok, err := r.JSON("stream_resume", &resume); err != nil {
+		return nil, err
+	} else if ok {
+		o.Resume = &resume
+	}
+	if err := r.Done(); err != nil {
+		return nil, err
+	}
+	if o.Shards, err = expandPaths(urls, st); err != nil {
+		return nil, err
+	}
+	client, err := storage.New(st)
+	if err != nil {
+		return nil, err
+	}
+	o.Open = client.Open
+	return NewTarSource(o)
 }
