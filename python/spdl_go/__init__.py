@@ -15,7 +15,9 @@ from ._buffers import ArrowArray, Tensor
 from ._lib import LIB as _LIB
 from .checkpoint import ResumableSource
 from .loader import DataLoader
-from .pipeline import Bottleneck, Pipeline, PipelineBuilder, PipelineError, PipelineStats, StageStats
+from .builder import PipelineBuilder
+from .pipeline import Pipeline, PipelineError
+from .stats import Bottleneck, PipelineStats, StageStats
 
 __version__ = _LIB.spdl_version().decode()
 

@@ -21,7 +21,9 @@ from typing import Any, Literal
 
 from . import ops, sources
 from .checkpoint import ResumableSource
-from .pipeline import Pipeline, PipelineBuilder, PipelineStats
+from .builder import PipelineBuilder
+from .pipeline import Pipeline
+from .stats import PipelineStats
 
 __all__ = ["DataLoader"]
 

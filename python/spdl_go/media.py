@@ -3,8 +3,6 @@ the native media ops (also reachable as ``spdl_go.ops``)."""
 
 from __future__ import annotations
 
-import ctypes
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,17 +59,12 @@ def probe(src: str | os.PathLike[str] | bytes, *, name: str | None = None) -> Me
         240
     """
     _lib.check_fork()
-    out = ctypes.c_void_p()
-    err = ctypes.c_void_p()
     if isinstance(src, (bytes, bytearray, memoryview)):
         data = bytes(src)
-        path = (name or "").encode()
-        rc = _lib.LIB.spdl_probe(path, data, len(data), ctypes.byref(out), ctypes.byref(err))
+        args: tuple[bytes, bytes | None, int] = ((name or "").encode(), data, len(data))
     else:
-        rc = _lib.LIB.spdl_probe(os.fsencode(src), None, 0, ctypes.byref(out), ctypes.byref(err))
-    if rc != _lib.SPDL_OK:
-        raise ValueError(_lib.take_string(err.value))
-    d: dict[str, Any] = json.loads(_lib.take_string(out.value))
+        args = (os.fsencode(src), None, 0)
+    d: dict[str, Any] = _lib.call_json(_lib.LIB.spdl_probe, *args, error=ValueError)
     return MediaInfo(
         format=d.get("format", ""),
         duration=float(d.get("duration", 0.0)),

@@ -7,8 +7,6 @@ Use them wherever a Python function would go::
 
 from __future__ import annotations
 
-import ctypes
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,11 +57,8 @@ class NativeOp:
 
 def available() -> list[str]:
     """Names of the native ops this build of the library provides."""
-    out = ctypes.c_void_p()
-    err = ctypes.c_void_p()
-    if _lib.LIB.spdl_ops(ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
-        raise RuntimeError(_lib.take_string(err.value))
-    return json.loads(_lib.take_string(out.value))
+    names: list[str] = _lib.call_json(_lib.LIB.spdl_ops)
+    return names
 
 
 def identity() -> NativeOp:
@@ -97,9 +92,7 @@ def collate(*, pad: bool = False, pad_value: float = 0, numbers: str = "arrow") 
     return NativeOp("collate", {"pad": pad, "pad_value": pad_value, "numbers": numbers})
 
 
-def to_device(
-    device: Any = "cuda", *, pinned: bool = True, keep_on_cpu: tuple[str | int, ...] = ()
-) -> NativeOp:
+def to_device(device: Any = "cuda", *, pinned: bool = True, keep_on_cpu: tuple[str | int, ...] = ()) -> NativeOp:
     """Copies every tensor of a batch to a CUDA GPU; other fields pass through.
 
     Put it after ``collate``, usually with concurrency 1 or 2: the copy runs
@@ -324,7 +317,8 @@ def read_file(
     elif cache_disk_bytes:
         raise ValueError("read_file: cache_disk_bytes needs cache_dir")
     return NativeOp(
-        "read_file", {**_media_opts(key, output_key), **storage_options(timeout, retries, s3, "read_file", ca_file), **cache}
+        "read_file",
+        {**_media_opts(key, output_key), **storage_options(timeout, retries, s3, "read_file", ca_file), **cache},
     )
 
 

@@ -1,0 +1,196 @@
+"""Python code that Go calls: the registries of Python stages and sources,
+the trampolines Go reaches them through, and the encoders of their output.
+
+A built pipeline sends Go ids, never Python objects: each Python stage and
+source is registered here under a fresh id when the pipeline is built and
+removed when it is closed. Go calls ``_on_call`` (a stage's op on one item)
+and ``_on_next`` (a source's next item) with those ids, on its own threads;
+``_on_release`` drops an object that travelled opaquely through Go.
+
+The library learns the trampolines once, when this module is imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import inspect
+import reprlib
+import threading
+import traceback
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import _codec, _lib
+
+__all__ = [
+    "PySource",
+    "PyStage",
+    "make_encoder",
+    "register_source",
+    "register_stage",
+    "sources",
+    "stages",
+    "unregister",
+]
+
+Encoder = Callable[[Any], bytes]
+
+# Python stages that are coroutine functions run on one event loop per Go
+# thread (Go threads are long-lived, so the loops are reused).
+_loops: dict[int, asyncio.AbstractEventLoop] = {}
+
+
+def _run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
+    tid = threading.get_ident()
+    loop = _loops.get(tid)
+    if loop is None:
+        loop = _loops[tid] = asyncio.new_event_loop()
+    return loop.run_until_complete(coro)
+
+
+@dataclass
+class PyStage:
+    """A Python op of a pipe stage, and how its output travels."""
+
+    fn: Callable[[Any], Any]
+    encode: Encoder
+    is_async: bool
+
+    def call(self, arg: Any) -> Any:
+        if self.is_async:
+            return _run_coroutine(self.fn(arg))
+        return self.fn(arg)
+
+
+@dataclass
+class PySource:
+    """A Python iterable source; ``iterator`` is the running epoch's."""
+
+    iterable: Iterable[Any]
+    encode: Encoder
+    iterator: Iterator[Any] | None = None
+
+
+# Registries from ids (sent to Go in the spec) to Python objects.
+stages: dict[int, PyStage] = {}
+sources: dict[int, PySource] = {}
+_ids = iter(range(1, 1 << 62))
+_ids_lock = threading.Lock()
+
+
+def _new_id() -> int:
+    with _ids_lock:
+        return next(_ids)
+
+
+def register_source(iterable: Iterable[Any], encode: Encoder) -> int:
+    """Registers a Python source; returns the id its spec names."""
+    sid = _new_id()
+    sources[sid] = PySource(iterable, encode)
+    return sid
+
+
+def register_stage(fn: Callable[[Any], Any], encode: Encoder) -> int:
+    """Registers a Python op (sync, or async: run on this thread's loop);
+    returns the id its spec names."""
+    fid = _new_id()
+    # An object whose __call__ is a coroutine function is async too.
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+    stages[fid] = PyStage(fn, encode, is_async)
+    return fid
+
+
+def unregister(source_ids: Sequence[int], stage_ids: Sequence[int]) -> None:
+    """Forgets what ``register_*`` returned (ids already gone are fine)."""
+    for i in source_ids:
+        sources.pop(i, None)
+    for i in stage_ids:
+        stages.pop(i, None)
+
+
+def make_encoder(split_levels: int, native: bool) -> Encoder:
+    """How a stage's output must travel: structured when a native op reads
+    it, opaque (exactly as returned) when Python does; lists that a
+    disaggregate will split are sent as lists around their elements."""
+    leaf: Encoder = _codec.encode if native else _codec.encode_opaque
+    if split_levels == 0:
+        return leaf
+    inner = make_encoder(split_levels - 1, native)
+
+    def encode_list(obj: Any) -> bytes:
+        if type(obj) not in (list, tuple):
+            return leaf(obj)  # disaggregate will report that it is not a list
+        return b"l" + len(obj).to_bytes(8, "little") + b"".join(inner(e) for e in obj)
+
+    return encode_list
+
+
+# ---- the trampolines ---------------------------------------------------------
+_NO_ITEM = object()
+
+_item_repr = reprlib.Repr()
+_item_repr.maxstring = 120
+_item_repr.maxother = 120
+
+
+def _error_bytes(exc: BaseException, item: Any = _NO_ITEM) -> bytes:
+    summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    head = ""
+    if item is not _NO_ITEM:
+        # Only now, on failure, is the item rendered: the engine holds a
+        # Python object only as a reference and cannot name it itself.
+        head = "item: " + _item_repr.repr(item).replace("\n", " ") + "\n"
+    return f"{head}{summary}\n\n{tb}".encode("utf-8", "replace")
+
+
+def _on_call(fn_id: int, in_ptr: int, in_len: int, out: int) -> int:
+    # Never let an exception escape: ctypes would print it and return 0.
+    arg = _NO_ITEM
+    try:
+        stage = stages[fn_id]
+        arg = _codec.decode(ctypes.string_at(in_ptr, in_len))
+        data = stage.encode(stage.call(arg))
+        rc = 0
+    except BaseException as e:  # noqa: BLE001 - every failure becomes the item's error
+        data, rc = _error_bytes(e, arg), -1
+    _lib.LIB.spdl_buf_set(out, data, len(data))
+    return rc
+
+
+def _on_next(src_id: int, out: int) -> int:
+    try:
+        src = sources[src_id]
+        it = src.iterator
+        if it is None:
+            raise RuntimeError("source iterated before the epoch started")
+        try:
+            item = next(it)
+        except StopIteration:
+            return 1
+        data = src.encode(item)
+        rc = 0
+    except BaseException as e:  # noqa: BLE001
+        data, rc = _error_bytes(e), -1
+    _lib.LIB.spdl_buf_set(out, data, len(data))
+    return rc
+
+
+def _on_release(obj_id: int) -> None:
+    _codec.release_object(obj_id)
+
+
+# ctypes keeps a callback callable only while its CFUNCTYPE object lives;
+# these module globals live as long as the process.
+_CALL = _lib.CALL_FN(_on_call)
+_NEXT = _lib.NEXT_FN(_on_next)
+_RELEASE = _lib.RELEASE_FN(_on_release)
+
+
+def _init() -> None:
+    _lib.call(_lib.LIB.spdl_init, _CALL, _NEXT, _RELEASE, error=ImportError)
+
+
+_init()

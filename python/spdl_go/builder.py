@@ -1,0 +1,401 @@
+"""Describing a pipeline: the builder and the typed stage configs it keeps.
+
+``PipelineBuilder`` appends one frozen config per call (``SourceConfig``,
+``PipeConfig``, ``AggregateConfig``, ``DisaggregateConfig``, ``SinkConfig``,
+``BuildConfig``); each config checks its arguments when it is constructed
+and has one ``to_spec()`` that returns the JSON the engine takes. ``build()``
+gathers them in a ``PipelineConfig``, registers the Python callables with
+the callback registry, and hands the spec to ``Pipeline``.
+
+Example:
+    >>> from spdl_go import PipelineBuilder
+    >>> pipeline = (
+    ...     PipelineBuilder()
+    ...     .add_source(range(10))
+    ...     .pipe(lambda x: x * x, concurrency=4, output_order="input")
+    ...     .aggregate(4)
+    ...     .add_sink(buffer_size=2)
+    ...     .build(num_threads=4)
+    ... )
+    >>> list(pipeline)
+    [[0, 1, 4, 9], [16, 25, 36, 49], [64, 81]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from . import _callbacks
+from .ops import NativeOp
+from .pipeline import Pipeline
+from .sources import NativeSource
+
+__all__ = [
+    "AggregateConfig",
+    "BuildConfig",
+    "DisaggregateConfig",
+    "OutputOrder",
+    "PipeConfig",
+    "PipelineBuilder",
+    "PipelineConfig",
+    "SinkConfig",
+    "SourceConfig",
+    "StageConfig",
+]
+
+OutputOrder = Literal["completion", "input"]
+
+
+def _is_int(v: object, minimum: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+# ---- the configs -------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    """Where items come from: a Python iterable (``iter()`` is called once
+    per epoch) or a native source from ``spdl_go.sources``."""
+
+    source: Iterable[Any] | NativeSource
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, NativeSource) and not isinstance(self.source, Iterable):
+            raise TypeError(f"add_source: expected an iterable or a native source, got {type(self.source).__name__}")
+
+    def to_spec(self, source_id: int | None = None) -> dict[str, Any]:
+        """The source's spec; a Python source names its registry id."""
+        if isinstance(self.source, NativeSource):
+            return self.source.spec()
+        return {"kind": "python", "id": source_id}
+
+
+@dataclass(frozen=True, slots=True)
+class PipeConfig:
+    """A stage that applies ``op`` to each item (see ``PipelineBuilder.pipe``).
+
+    ``name`` None means the op's name.
+    """
+
+    op: Callable[[Any], Any] | NativeOp
+    name: str | None = None
+    concurrency: int | Literal["auto"] = 1
+    max_concurrency: int | None = None
+    output_order: OutputOrder = "completion"
+    max_failures: int = -1
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        op = self.op
+        if not isinstance(op, NativeOp) and not callable(op):
+            raise TypeError(f"pipe: op must be callable or a spdl_go.ops op, got {type(op).__name__}")
+        auto = self.concurrency == "auto"
+        if not auto and not _is_int(self.concurrency, 1):
+            raise ValueError(f"pipe: concurrency must be an int >= 1 or 'auto', got {self.concurrency!r}")
+        if self.max_concurrency is not None:
+            if not auto:
+                raise ValueError("pipe: max_concurrency only applies with concurrency='auto'")
+            if not _is_int(self.max_concurrency, 1):
+                raise ValueError(f"pipe: max_concurrency must be an int >= 1 or None, got {self.max_concurrency!r}")
+        if self.output_order not in ("completion", "input"):
+            raise ValueError(f"pipe: output_order must be 'completion' or 'input', got {self.output_order!r}")
+        if not isinstance(self.max_failures, int) or self.max_failures < -1:
+            raise ValueError(f"pipe: max_failures must be an int >= -1, got {self.max_failures!r}")
+        t = self.timeout
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf")):
+            raise ValueError(f"pipe: timeout must be a number of seconds > 0 or None, got {t!r}")
+        if self.name is None:
+            name = op.name if isinstance(op, NativeOp) else getattr(op, "__name__", type(op).__name__)
+            object.__setattr__(self, "name", name)
+
+    @property
+    def native(self) -> bool:
+        """Whether the op runs in Go (a ``spdl_go.ops`` op)."""
+        return isinstance(self.op, NativeOp)
+
+    def to_spec(self, op_id: int | None = None) -> dict[str, Any]:
+        """The stage's spec; a Python op names its registry id."""
+        auto = self.concurrency == "auto"
+        if isinstance(self.op, NativeOp):
+            op = self.op.spec()
+        else:
+            op = {"kind": "python", "id": op_id}
+        return {
+            "kind": "pipe",
+            "name": self.name,
+            "concurrency": 1 if auto else self.concurrency,
+            "auto": auto,
+            "max_concurrency": self.max_concurrency or 0,
+            "timeout_s": float(self.timeout or 0),
+            "output_order": self.output_order,
+            "max_failures": self.max_failures,
+            "op": op,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateConfig:
+    """Groups ``size`` consecutive items into a list; the last, shorter
+    group is dropped if ``drop_last``."""
+
+    size: int
+    drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.size, 1):
+            raise ValueError(f"aggregate: num_items must be an int >= 1, got {self.size!r}")
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"kind": "aggregate", "size": self.size, "drop_last": bool(self.drop_last)}
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggregateConfig:
+    """Splits each list item into its elements."""
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"kind": "disaggregate"}
+
+
+StageConfig = PipeConfig | AggregateConfig | DisaggregateConfig
+"""One stage of a pipeline, in the order the builder added it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SinkConfig:
+    """How many finished items are prefetched ahead of the consumer."""
+
+    buffer_size: int = 3
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.buffer_size, 1):
+            raise ValueError(f"add_sink: buffer_size must be an int >= 1, got {self.buffer_size!r}")
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"buffer_size": self.buffer_size}
+
+
+@dataclass(frozen=True, slots=True)
+class BuildConfig:
+    """Settings of the whole pipeline (see ``PipelineBuilder.build``)."""
+
+    num_threads: int | None = None
+    max_failures: int = -1
+    queue_size: int | None = None
+    report_interval: float | None = None
+    cpu_budget: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
+            raise ValueError(f"build: num_threads must be an int >= 1 or None, got {self.num_threads!r}")
+        if self.cpu_budget is not None and not _is_int(self.cpu_budget, 1):
+            raise ValueError(f"build: cpu_budget must be an int >= 1 or None, got {self.cpu_budget!r}")
+        if self.report_interval is not None and not self.report_interval > 0:
+            raise ValueError(f"build: report_interval must be > 0 seconds or None, got {self.report_interval!r}")
+
+    def to_spec(self) -> dict[str, Any]:
+        """The engine's settings; ``report_interval`` is Python's own."""
+        spec: dict[str, Any] = {
+            "max_failures": self.max_failures,
+            "num_threads": self.num_threads or 0,
+            "cpu_budget": self.cpu_budget or 0,
+        }
+        if self.queue_size is not None:
+            spec["queue_size"] = self.queue_size
+        return spec
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    """A whole pipeline: what ``PipelineBuilder.build`` turns into a ``Pipeline``."""
+
+    source: SourceConfig
+    stages: tuple[StageConfig, ...] = ()
+    sink: SinkConfig = SinkConfig()
+    build: BuildConfig = BuildConfig()
+
+    def to_spec(self, source_id: int | None = None, op_ids: Sequence[int | None] = ()) -> dict[str, Any]:
+        """The spec ``spdl_pipeline_new`` takes. ``source_id`` is the Python
+        source's registry id; ``op_ids[i]`` that of stage i's Python op."""
+        ids = list(op_ids) + [None] * (len(self.stages) - len(op_ids))
+        stages = [
+            s.to_spec(i) if isinstance(s, PipeConfig) else s.to_spec() for s, i in zip(self.stages, ids, strict=True)
+        ]
+        return {
+            "stages": stages,
+            **self.sink.to_spec(),
+            **self.build.to_spec(),
+            "source": self.source.to_spec(source_id),
+        }
+
+    def encoding(self, start: int) -> tuple[int, bool]:
+        """For output emitted before stage ``start``: how many disaggregates
+        will split it before a consumer sees it, and whether that consumer
+        is native (the sink is the user's Python code)."""
+        depth = 0
+        splits = 0
+        for st in self.stages[start:]:
+            if isinstance(st, AggregateConfig):
+                depth += 1
+            elif isinstance(st, DisaggregateConfig):
+                if depth:
+                    depth -= 1
+                else:
+                    splits += 1
+            else:
+                return splits, st.native
+        return splits, False
+
+
+def _launch(config: PipelineConfig) -> Pipeline:
+    """Registers the config's Python callables and builds the pipeline;
+    ``Pipeline`` unregisters them when it fails or is closed."""
+    source_ids: list[int] = []
+    function_ids: list[int] = []
+    source_id: int | None = None
+    src = config.source.source
+    if not isinstance(src, NativeSource):
+        source_id = _callbacks.register_source(src, _callbacks.make_encoder(*config.encoding(0)))
+        source_ids.append(source_id)
+    op_ids: list[int | None] = []
+    for i, st in enumerate(config.stages):
+        fid: int | None = None
+        if isinstance(st, PipeConfig) and not isinstance(st.op, NativeOp):
+            fid = _callbacks.register_stage(st.op, _callbacks.make_encoder(*config.encoding(i + 1)))
+            function_ids.append(fid)
+        op_ids.append(fid)
+    return Pipeline(config.to_spec(source_id, op_ids), source_ids, function_ids, config.build.report_interval)
+
+
+# ---- the builder -------------------------------------------------------------
+class PipelineBuilder:
+    """Assembles a pipeline step by step, like SPDL's builder.
+
+    Example:
+        >>> pipeline = (
+        ...     PipelineBuilder()
+        ...     .add_source(paths)
+        ...     .pipe(load, concurrency=8)
+        ...     .aggregate(32, drop_last=True)
+        ...     .pipe(spdl_go.ops.collate())
+        ...     .add_sink(buffer_size=3)
+        ...     .build(num_threads=8)
+        ... )
+    """
+
+    def __init__(self) -> None:
+        self._source: SourceConfig | None = None
+        self._stages: list[StageConfig] = []
+        self._sink = SinkConfig()
+
+    def add_source(self, source: Iterable[Any] | NativeSource) -> PipelineBuilder:
+        """Sets the source: any Python iterable (``iter()`` is called once per
+        epoch) or a native source from ``spdl_go.sources``."""
+        if self._source is not None:
+            raise ValueError("add_source was already called; a pipeline has one source")
+        self._source = SourceConfig(source)
+        return self
+
+    def pipe(
+        self,
+        op: Callable[[Any], Any] | NativeOp,
+        *,
+        concurrency: int | Literal["auto"] = 1,
+        max_concurrency: int | None = None,
+        name: str | None = None,
+        output_order: OutputOrder = "completion",
+        max_failures: int = -1,
+        timeout: float | None = None,
+    ) -> PipelineBuilder:
+        """Adds a stage that applies ``op`` to each item.
+
+        Args:
+            op: A Python callable (sync or async) or a native op from ``spdl_go.ops``.
+            concurrency: How many items the stage works on at once, or
+                ``"auto"``: the engine starts the stage at its share of
+                ``build(cpu_budget=)``, measures its throughput while it
+                runs, adds a thread while each one raises it by 5% or more
+                (up to ``max_concurrency``, within the budget) and removes
+                one while that costs less than 5% or the threads idle; it
+                keeps the choice across epochs and re-checks it now and then. ``stats()`` shows the current
+                choice and the tuner's state. Meant for native ops; a Python
+                stage on a GIL build gains nothing from more threads, and
+                the tuner will find that out.
+            max_concurrency: With ``concurrency="auto"``, the most threads the
+                stage may use; None means the CPU budget.
+            name: Shown in stats and errors; defaults to the op's name.
+            output_order: "completion" emits items as they finish; "input"
+                keeps the order they arrived in.
+            max_failures: Items this stage may fail before the pipeline
+                fails; -1 means no limit. A failed item is dropped and its
+                error is kept in ``stats().recent_errors``.
+            timeout: Seconds one call of ``op`` may take; a call that runs
+                longer fails its item ("timed out"). Python code cannot be
+                interrupted, so a Python call past its timeout is abandoned:
+                the stage goes on with a fresh thread, ``stop()`` does not
+                wait for it, and its result, if it ever returns, is dropped
+                (``stats()`` counts these as ``abandoned``). None: no limit.
+        """
+        self._stages.append(
+            PipeConfig(
+                op,
+                name=name,
+                concurrency=concurrency,
+                max_concurrency=max_concurrency,
+                output_order=output_order,
+                max_failures=max_failures,
+                timeout=timeout,
+            )
+        )
+        return self
+
+    def aggregate(self, num_items: int, /, *, drop_last: bool = False) -> PipelineBuilder:
+        """Groups ``num_items`` consecutive items into a list; the last,
+        shorter group is dropped if ``drop_last``."""
+        self._stages.append(AggregateConfig(num_items, drop_last=bool(drop_last)))
+        return self
+
+    def disaggregate(self) -> PipelineBuilder:
+        """Splits each list item into its elements."""
+        self._stages.append(DisaggregateConfig())
+        return self
+
+    def add_sink(self, buffer_size: int = 3) -> PipelineBuilder:
+        """Sets how many finished items are prefetched ahead of the consumer."""
+        self._sink = SinkConfig(buffer_size)
+        return self
+
+    def build(
+        self,
+        *,
+        num_threads: int | None = None,
+        max_failures: int = -1,
+        queue_size: int | None = None,
+        report_interval: float | None = None,
+        cpu_budget: int | None = None,
+    ) -> Pipeline:
+        """Builds the pipeline (it starts on first iteration or ``start()``).
+
+        Args:
+            num_threads: At most this many ops run at once over all stages;
+                None sets no cap beyond each stage's concurrency.
+            max_failures: Items the whole pipeline may fail before it fails;
+                -1 means no limit.
+            queue_size: Capacity of the queue between two stages.
+            report_interval: If set, log ``stats().format()`` (logger
+                "spdl_go", level INFO) every this many seconds while an
+                epoch runs.
+            cpu_budget: The most threads all ``concurrency="auto"`` stages
+                may use together; None means ``os.cpu_count()``.
+        """
+        if self._source is None:
+            raise ValueError("build: add_source was not called")
+        settings = BuildConfig(
+            num_threads=num_threads,
+            max_failures=max_failures,
+            queue_size=queue_size,
+            report_interval=report_interval,
+            cpu_budget=cpu_budget,
+        )
+        return _launch(PipelineConfig(self._source, tuple(self._stages), self._sink, settings))
