@@ -20,7 +20,6 @@ number of ranks or threads:
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import json
 import sys
 import weakref
@@ -31,12 +30,6 @@ from . import _lib
 from .sources import NativeSource
 
 __all__ = ["ResumableSource"]
-
-_CFG_KEYS = ("n", "shuffle", "seed", "world_size", "rank", "drop_last")
-_DATASET_KEYS = ("n", "shuffle", "seed", "drop_last")
-_STREAM_KEYS = ("urls", "shuffle", "seed", "world_size", "rank", "drop_last")
-_STREAM_DATASET_KEYS = ("urls", "shuffle", "seed", "drop_last")
-
 
 class ResumableSource:
     """Tracks how much of each epoch of a source the training loop has
@@ -59,19 +52,19 @@ class ResumableSource:
     """
 
     def __init__(self, source: NativeSource) -> None:
-        if not isinstance(source, NativeSource) or source.kind not in ("sampler", "webdataset", "table"):
+        if not isinstance(source, NativeSource) or source.resumes is None:
             raise TypeError(
                 "ResumableSource: needs a source from sources.sampler, files, image_folder, webdataset or table "
                 f"(got {source!r:.80})"
             )
-        self._stream = source.kind != "sampler"
+        self._stream = source.resumes == "stream"
         self._base = source
-        keys = _STREAM_KEYS if self._stream else _CFG_KEYS
-        self._cfg = {k: source.options.get(k) for k in keys}
+        self._cfg = source.sampler_config()
+        self._dataset = source.state_dataset()
         self._resume: dict[str, Any] | None = None
         # The epoch being read: where it started, and the dataset indices
         # handed to the training loop since.
-        self._progress: dict[str, Any] = {"epoch": source.options.get("epoch", 0), "prefix": 0}
+        self._progress: dict[str, Any] = {"epoch": source.epoch, "prefix": 0}
         self._consumed: list[int] = []
         self._finished = False
         self._next_epoch = self._progress["epoch"]
@@ -86,13 +79,7 @@ class ResumableSource:
         ``load_state_dict`` the same with its first epoch resumed."""
         if self._resume is None:
             return self._base
-        if self._stream:
-            resume = {"epoch": self._resume["epoch"], "consumed": self._resume["consumed"],
-                      "sizes": self._resume.get("sizes", {})}
-            opts = {**self._base.options, "stream_resume": resume, "epoch": self._resume["epoch"]}
-        else:
-            opts = {**self._base.options, "resume": self._resume, "epoch": self._resume["epoch"]}
-        return dataclasses.replace(self._base, options=opts)
+        return self._base.resumed(self._resume)
 
     def track(self, pipeline: Any, index: Callable[[Any], Any] | None = None) -> Iterator[Any]:
         """Iterates one epoch of ``pipeline``, recording each batch's
@@ -146,7 +133,7 @@ class ResumableSource:
             return {
                 "version": 1,
                 "stream": True,
-                "dataset": {k: self._cfg[k] for k in _STREAM_DATASET_KEYS},
+                "dataset": dict(self._dataset),
                 "epoch": self._progress["epoch"],
                 "finished": self._finished,
                 "consumed": _ranges_by_unit(self._consumed),
@@ -158,7 +145,7 @@ class ResumableSource:
             rank_state = _sampler_call({"op": "state", "config": self._cfg, "progress": self._progress, "consumed": self._consumed})
         return {
             "version": 1,
-            "dataset": {k: self._cfg[k] for k in _DATASET_KEYS},
+            "dataset": dict(self._dataset),
             "epoch": self._progress["epoch"],
             "finished": self._finished,
             "rank_state": rank_state,
@@ -225,7 +212,7 @@ class ResumableSource:
             raise ValueError("load_state_dict: not a spdl_go.DataLoader or ResumableSource state (want the dict state_dict() returned)")
         if bool(state.get("stream")) != self._stream:
             raise ValueError("load_state_dict: the state is for another kind of source (streaming vs sampled)")
-        mine = {k: self._cfg[k] for k in (_STREAM_DATASET_KEYS if self._stream else _DATASET_KEYS)}
+        mine = self._dataset
         for k, v in state["dataset"].items():
             if mine.get(k) != v:
                 raise ValueError(f"load_state_dict: the state is for {k}={v!r}, this source has {k}={mine.get(k)!r}")

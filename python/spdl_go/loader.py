@@ -89,8 +89,7 @@ class DataLoader:
             raise ValueError("DataLoader: the dataset is empty")
         self.dataset, self.batch_size, self.drop_last, self.output = dataset, batch_size, drop_last, output
         self._source = sources.sampler(n, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size)
-        opts = self._source.options
-        self._per_rank = _per_rank(n, opts["world_size"], drop_last)
+        self._per_rank = _per_rank(n, self._source.sampler_config()["world_size"], drop_last)
         # Tracks the epoch's consumed samples for state_dict.
         self._ckpt = ResumableSource(self._source)
         self._threads, self._prefetch = num_threads, prefetch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,13 +16,56 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".
 
 @dataclass(frozen=True, repr=False)
 class NativeSource:
-    """A source implemented in Go."""
+    """A source implemented in Go.
+
+    Attributes:
+        kind: The Go source kind (``sources.Register`` in core/sources).
+        options: Its options, as sent to Go; the shared sampling options
+            are the ``"sampling"`` group, remote-read options ``"storage"``.
+        resumes: How ``ResumableSource`` resumes it: ``"sampled"`` (a
+            known number of samples in an order fixed by seed and epoch),
+            ``"stream"`` (shards or parts dealt to ranks, consumed samples
+            skipped) or None (not resumable).
+    """
 
     kind: str
     options: dict[str, Any]
+    resumes: str | None = None
 
     def spec(self) -> dict[str, Any]:
         return {"kind": self.kind, **self.options}
+
+    @property
+    def epoch(self) -> int:
+        """The first epoch's number."""
+        return int(self.options.get("sampling", {}).get("epoch", 0))
+
+    def sampler_config(self) -> dict[str, Any]:
+        """The dataset (``n`` samples, or the shard ``urls``) and how it is
+        dealt: shuffle, seed, world_size, rank, drop_last."""
+        if self.resumes is None:
+            raise TypeError(f"{self.kind} source: not resumable")
+        g = self.options["sampling"]
+        what = "n" if self.resumes == "sampled" else "urls"
+        return {what: self.options[what], **{k: g[k] for k in ("shuffle", "seed", "world_size", "rank", "drop_last")}}
+
+    def state_dataset(self) -> dict[str, Any]:
+        """What identifies the dataset in a saved state: a state applies to
+        a source with the same (any rank, any world size)."""
+        cfg = self.sampler_config()
+        return {k: v for k, v in cfg.items() if k not in ("world_size", "rank")}
+
+    def resumed(self, progress: dict[str, Any]) -> NativeSource:
+        """A copy whose first epoch resumes ``progress`` (a merged state's)."""
+        if self.resumes == "sampled":
+            resume = {"resume": progress}
+        elif self.resumes == "stream":
+            resume = {"stream_resume": {"epoch": progress["epoch"], "consumed": progress["consumed"],
+                                        "sizes": progress.get("sizes", {})}}
+        else:
+            raise TypeError(f"{self.kind} source: not resumable")
+        sampling = {**self.options["sampling"], "epoch": progress["epoch"]}
+        return dataclasses.replace(self, options={**self.options, **resume, "sampling": sampling})
 
     def __repr__(self) -> str:
         from ._storage import redacted
@@ -108,8 +152,8 @@ def sampler(
     """
     from . import _codec
 
-    options = _sampler_options("sampler", shuffle, seed, drop_last, rank, world_size, epoch)
-    options["with_index"] = bool(with_index)
+    options: dict[str, Any] = {"sampling": _sampling("sampler", shuffle, seed, drop_last, rank, world_size, epoch),
+                               "with_index": bool(with_index)}
     if isinstance(data, int) and not isinstance(data, bool):
         if data < 1:
             raise ValueError(f"sampler: the dataset size must be >= 1, got {data}")
@@ -131,25 +175,20 @@ def sampler(
         options["items_wire"] = base64.b64encode(wire).decode("ascii")
     else:
         raise TypeError(f"sampler: data must be a dataset size or a sequence of samples, got {type(data).__name__}")
-    return NativeSource("sampler", options)
+    return NativeSource("sampler", options, "sampled")
 
 
-def _sampler_options(
+def _sampling(
     who: str, shuffle: bool, seed: int, drop_last: bool, rank: int | None, world_size: int | None, epoch: int
 ) -> dict[str, Any]:
+    """The sampling group of every sampled source, checked by Go."""
     env_rank, env_world = distributed_env() if rank is None or world_size is None else (0, 1)
     rank = env_rank if rank is None else rank
     world_size = env_world if world_size is None else world_size
     for name, v in (("seed", seed), ("rank", rank), ("world_size", world_size), ("epoch", epoch)):
         if not isinstance(v, int) or isinstance(v, bool):
             raise TypeError(f"{who}: {name} must be an int, got {type(v).__name__}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"{who}: rank must be in [0, world_size) with world_size >= 1, got rank={rank}, world_size={world_size}")
-    if not 0 <= seed < 1 << 64:
-        raise ValueError(f"{who}: seed must be in [0, 2**64), got {seed}")
-    if epoch < 0:
-        raise ValueError(f"{who}: epoch must be >= 0, got {epoch}")
-    return {
+    group = {
         "shuffle": bool(shuffle),
         "seed": seed,
         "drop_last": bool(drop_last),
@@ -157,6 +196,23 @@ def _sampler_options(
         "world_size": world_size,
         "epoch": epoch,
     }
+    _sampler_call({"op": "sampling", "sampling": group}, who)
+    return group
+
+
+def _sampler_call(req: dict[str, Any], who: str = "") -> Any:
+    """Asks Go (spdl_sampler_call); its error is a ValueError, after ``who``."""
+    import ctypes
+    import json
+
+    from . import _lib
+
+    raw = json.dumps(req).encode()
+    out, err = ctypes.c_void_p(), ctypes.c_void_p()
+    if _lib.LIB.spdl_sampler_call(raw, len(raw), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
+        msg = _lib.take_string(err.value)
+        raise ValueError(f"{who}: {msg}" if who else msg)
+    return json.loads(_lib.take_string(out.value))
 
 
 @dataclass(frozen=True, repr=False)
@@ -180,19 +236,9 @@ def _listed(
     who: str, listing: dict[str, Any], shuffle: bool, seed: int, drop_last: bool,
     rank: int | None, world_size: int | None, epoch: int, with_index: bool,
 ) -> ListedSource:
-    import ctypes
-    import json
-
-    from . import _lib
-
-    options = _sampler_options(who, shuffle, seed, drop_last, rank, world_size, epoch)
-    options["with_index"] = bool(with_index)
-    req = json.dumps({"op": "list", "listing": listing}).encode()
-    out, err = ctypes.c_void_p(), ctypes.c_void_p()
-    if _lib.LIB.spdl_sampler_call(req, len(req), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
-        raise ValueError(_lib.take_string(err.value))
-    info = json.loads(_lib.take_string(out.value))
-    return ListedSource("sampler", {**options, "n": info["n"], "listing": listing}, tuple(info.get("classes") or ()))
+    options = {"sampling": _sampling(who, shuffle, seed, drop_last, rank, world_size, epoch), "with_index": bool(with_index)}
+    info = _sampler_call({"op": "list", "listing": listing})  # Go's errors name the path
+    return ListedSource("sampler", {**options, "n": info["n"], "listing": listing}, "sampled", tuple(info.get("classes") or ()))
 
 
 def _exts(extensions: Sequence[str] | str | None) -> list[str]:
@@ -354,14 +400,14 @@ def webdataset(
     url_list = [os.fspath(u) for u in urls]
     if not url_list:
         raise ValueError("webdataset: no shards given")
-    if not isinstance(shuffle_buffer, int) or isinstance(shuffle_buffer, bool) or shuffle_buffer < 0:
+    if not isinstance(shuffle_buffer, int) or isinstance(shuffle_buffer, bool):
         raise ValueError(f"webdataset: shuffle_buffer must be an int >= 0, got {shuffle_buffer!r}")
-    if not isinstance(prefetch_shards, int) or isinstance(prefetch_shards, bool) or prefetch_shards < 0:
+    if not isinstance(prefetch_shards, int) or isinstance(prefetch_shards, bool):
         raise ValueError(f"webdataset: prefetch_shards must be an int >= 0, got {prefetch_shards!r}")
-    options = _sampler_options("webdataset", shuffle, seed, drop_last, rank, world_size, epoch)
     from ._storage import storage_options
 
-    options.update(
+    options: dict[str, Any] = dict(
+        sampling=_sampling("webdataset", shuffle, seed, drop_last, rank, world_size, epoch),
         urls=url_list,
         required=[str(r) for r in required],
         decode=dict(decode or {}),
@@ -370,7 +416,7 @@ def webdataset(
         with_index=bool(with_index),
         prefetch_shards=prefetch_shards,
     )
-    return NativeSource("webdataset", options)
+    return NativeSource("webdataset", options, "stream")
 
 
 def table(
@@ -429,14 +475,14 @@ def table(
     path_list = [os.fspath(p) for p in paths]
     if not path_list:
         raise ValueError("table: no files given")
-    if not isinstance(shuffle_buffer, int) or isinstance(shuffle_buffer, bool) or shuffle_buffer < 0:
+    if not isinstance(shuffle_buffer, int) or isinstance(shuffle_buffer, bool):
         raise ValueError(f"table: shuffle_buffer must be an int >= 0, got {shuffle_buffer!r}")
     if not isinstance(batch_rows, int) or batch_rows < 1:
         raise ValueError(f"table: batch_rows must be an int >= 1, got {batch_rows!r}")
     from ._storage import storage_options
 
-    options = _sampler_options("table", shuffle, seed, drop_last, rank, world_size, epoch)
-    options.update(
+    options: dict[str, Any] = dict(
+        sampling=_sampling("table", shuffle, seed, drop_last, rank, world_size, epoch),
         urls=path_list,
         columns=list(columns or []),
         scalars=bool(scalars),
@@ -445,4 +491,4 @@ def table(
         storage=storage_options(timeout, retries, s3, "table"),
         with_index=bool(with_index),
     )
-    return NativeSource("table", options)
+    return NativeSource("table", options, "stream")
