@@ -16,6 +16,20 @@
 // goroutine; one waiter goroutine waits for the group, releases what is
 // left in the queues and closes the sink.
 //
+// Each goroutine that moves items (the source's, a pipe worker, an
+// aggregate or disaggregate stage's) is a worker (worker.go): a struct
+// with what it reads, runs and writes, whose loop is a few methods (take
+// an item, call the op, pass the result on). Each step returns one fate
+// of the item: passed on, dropped (failed and counted, or released as the
+// epoch ends), fatal (a failure limit was exceeded), lost (its call was
+// abandoned after a Timeout), or the end of the input.
+//
+// Config.SinkEncode, if set, turns each item into what Next returns on the
+// goroutines that send to the sink (the last stage's, or the source's when
+// there are no stages), so a host binding's encoding costs the caller of
+// Next nothing. It is not a stage: Stats and traces show only Stages; its
+// failures are the sink's (Stats.Sink.Failures, ItemError.Stage "sink").
+//
 // Stage kinds:
 //   - KindPipe: exactly Concurrency goroutines call Op.Process. With
 //     OrderCompletion items leave as they finish; with OrderInput they
@@ -38,11 +52,13 @@
 // # Failures
 //
 // An item fails when its op returns an error or panics (the panic is
-// recovered into a *PanicError with the stack), or when a disaggregate
-// stage gets a non-list. The item is dropped, the failure is counted and
-// its *ItemError is kept in Stats.RecentErrors. A stage that has failed
-// more than its MaxFailures items, or a pipeline more than
-// Config.MaxFailures, fails with a *FailureLimitError. Note that the zero
+// recovered into a *PanicError with the stack), when a disaggregate stage
+// gets a non-list, or when Config.SinkEncode returns an error or panics.
+// The item is dropped, the failure is counted and its *ItemError is kept
+// in Stats.RecentErrors; a failure of Config.SinkEncode is the sink's and
+// counts only against Config.MaxFailures. A stage that has failed more
+// than its MaxFailures items, or a pipeline more than Config.MaxFailures,
+// fails with a *FailureLimitError. Note that the zero
 // value of MaxFailures is 0, which tolerates no failure; -1 is unlimited.
 // A Source error (Open, Next, Close, or a panic in one of them) is fatal as
 // a *SourceError. The first fatal error wins: it cancels the epoch, Next
@@ -58,8 +74,10 @@
 //     success and on error (an op that fails or panics releases or keeps
 //     its input; the engine releases nothing it handed to an op, and
 //     ignores the result of a failed op);
-//   - the op's result belongs to the engine, and the item Next returns
-//     belongs to the caller.
+//   - the op's result belongs to the engine; Config.SinkEncode, if set,
+//     owns the last one (and releases it if it fails), and its result
+//     belongs to the engine;
+//   - the item Next returns belongs to the caller.
 //
 // The engine releases, exactly once, every item it owns and drops: items in
 // queues and in the sink buffer when an epoch is stopped or fails, a
