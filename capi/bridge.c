@@ -3,8 +3,10 @@
 // keeps a capsule's destruction (once per batch, under the GIL) cheap.
 #include <stdlib.h>
 #include <string.h>
-#include "bridge.h"
-#include "../core/tensor/dlpack.h"
+#include "bridge.h"  // and spdl.h, which declares every definition below
+// tensor.h declares the C functions of core/tensor that spdl.h makes part
+// of the ABI: including both lets the compiler check that they agree.
+#include "tensor.h"
 
 int spdl_invoke_call(spdl_call_fn f, uint64_t id, const uint8_t *in, size_t n, spdl_buf *out) {
   return f(id, in, n, out);

@@ -7,7 +7,7 @@ package main
 // CUDA tensors (device, __dlpack__ streams, pools) is tested without a
 // GPU. Release builds do not have these exports.
 
-// #include <stdint.h>
+// #include "bridge.h"
 import "C"
 
 import (

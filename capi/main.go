@@ -7,10 +7,9 @@
 // the user's training process.
 package main
 
+// #cgo CFLAGS: -I${SRCDIR}/../core/tensor
 // #include <stdlib.h>
-// #include <stdint.h>
 // #include "bridge.h"
-// enum { SPDL_OK = 0, SPDL_END = 1, SPDL_TIMEOUT = 2, SPDL_ERROR = -1 };
 import "C"
 
 import (
@@ -105,7 +104,7 @@ func spdl_init(call C.spdl_call_fn, next C.spdl_next_fn, release C.spdl_release_
 }
 
 //export spdl_version
-func spdl_version() *C.char { return cVersion }
+func spdl_version() *C.spdl_cchar { return cVersion }
 
 //export spdl_ops
 func spdl_ops(outJSON **C.char, errOut **C.char) (rc C.int) {
@@ -125,11 +124,11 @@ func spdl_arrow_allocated_bytes() C.int64_t {
 }
 
 //export spdl_probe
-func spdl_probe(path *C.char, data unsafe.Pointer, dataLen C.size_t, outJSON **C.char, errOut **C.char) (rc C.int) {
+func spdl_probe(path *C.spdl_cchar, data *C.spdl_cvoid, dataLen C.size_t, outJSON **C.char, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
 	var bytes []byte
 	if data != nil {
-		bytes = C.GoBytes(data, C.int(dataLen))
+		bytes = C.GoBytes(unsafe.Pointer(data), C.int(dataLen))
 	}
 	info, err := probeMedia(C.GoString(path), bytes)
 	if err == nil {
@@ -144,7 +143,7 @@ func spdl_probe(path *C.char, data unsafe.Pointer, dataLen C.size_t, outJSON **C
 }
 
 //export spdl_pipeline_new
-func spdl_pipeline_new(spec *C.char, specLen C.size_t, out *C.uint64_t, errOut **C.char) (rc C.int) {
+func spdl_pipeline_new(spec *C.spdl_cchar, specLen C.size_t, out *C.uint64_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
 	cfg, err := buildConfig(C.GoBytes(unsafe.Pointer(spec), C.int(specLen)))
 	if err == nil {
@@ -287,7 +286,7 @@ func spdl_pipeline_trace_start(h C.uint64_t, maxSpans C.int64_t, errOut **C.char
 }
 
 //export spdl_pipeline_trace_write
-func spdl_pipeline_trace_write(h C.uint64_t, path *C.char, errOut **C.char) (rc C.int) {
+func spdl_pipeline_trace_write(h C.uint64_t, path *C.spdl_cchar, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
 	name := C.GoString(path)
 	err := withPipeline(h, func(p *pipeline.Pipeline) error {
@@ -350,7 +349,7 @@ func (hd *handle) invalidate(h C.uint64_t) {
 }
 
 //export spdl_sampler_call
-func spdl_sampler_call(req *C.char, reqLen C.size_t, outJSON **C.char, errOut **C.char) (rc C.int) {
+func spdl_sampler_call(req *C.spdl_cchar, reqLen C.size_t, outJSON **C.char, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
 	res, err := samplerCall(C.GoBytes(unsafe.Pointer(req), C.int(reqLen)))
 	if err == nil {
@@ -375,7 +374,7 @@ type cudaStatus struct {
 }
 
 //export spdl_cuda_status
-func spdl_cuda_status(pathsJSON *C.char, outJSON **C.char, errOut **C.char) (rc C.int) {
+func spdl_cuda_status(pathsJSON *C.spdl_cchar, outJSON **C.char, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
 	var paths []string
 	if pathsJSON != nil {

@@ -1,6 +1,16 @@
 /* spdl.h: the C ABI of libspdl.so, the spdl-go data-loading engine.
  *
- * Built with `go build -buildmode=c-shared -o libspdl.so ./capi`.
+ * This is the one header of the ABI: the library is compiled against it
+ * (the cgo preambles and bridge.c include it, so the compiler checks every
+ * definition against its declaration here), it is shipped next to
+ * libspdl.so, and libspdl.so exports exactly the functions declared here
+ * (capi/libspdl.map; python/tests/test_abi.py compares `nm -D` with this
+ * header and with the ctypes signatures in python/spdl_go/_lib.py). It
+ * includes dlpack.h, shipped next to it.
+ *
+ * Built with `make build` (or the wheel's build), which runs
+ *   go build -buildmode=c-shared \
+ *     -ldflags=-extldflags=-Wl,--version-script=$PWD/capi/libspdl.map ./capi
  * Every function may be called from any thread. None keeps a pointer the
  * caller passed in after it returns.
  *
@@ -10,6 +20,11 @@
  *   SPDL_TIMEOUT  2   spdl_pipeline_next: nothing arrived within the timeout
  *   SPDL_ERROR   -1   failure; *err (when err is not NULL) is set to a
  *                     malloc'd UTF-8 message the caller frees with spdl_free
+ *
+ * Functions that answer with JSON have the shape
+ *   int f(..., char **out_json, char **err)
+ * SPDL_OK: *out_json is a malloc'd NUL-terminated UTF-8 JSON text, owned by
+ * the caller; SPDL_ERROR: *out_json is untouched and *err is set.
  *
  * Memory: every char* and spdl_buf.data this library hands out was
  * allocated with malloc and is freed by the caller with spdl_free. Items
@@ -25,6 +40,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "dlpack.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,7 +87,7 @@ void spdl_free(void *p);
 /* The library version, e.g. "0.1.0"; static, do not free. */
 const char *spdl_version(void);
 
-/* Names of the native ops as a JSON array; caller frees *out_json. */
+/* Names of the native ops as a JSON array of strings; caller frees *out_json. */
 int spdl_ops(char **out_json, char **err);
 
 /* Describes media without decoding it: container format, duration, and per
@@ -95,11 +112,16 @@ int spdl_sampler_call(const char *req_json, size_t req_len, char **out_json, cha
  * "error" says what was tried. */
 int spdl_cuda_status(const char *paths_json, char **out_json, char **err);
 
-/* Pipelines are referred to by opaque non-zero handles.
+/* Pipelines are referred to by opaque non-zero handles. Every
+ * spdl_pipeline_* function returns SPDL_ERROR, with a message, for handle 0
+ * or a handle already freed.
  *
- * spdl_pipeline_new: builds a pipeline from a JSON spec (see
- *   python/spdl_go/pipeline.py for the schema); *out receives the handle.
- *   The spec is copied. The pipeline is idle until spdl_pipeline_start.
+ * spdl_pipeline_new: builds a pipeline from the spec_len bytes of JSON at
+ *   spec_json (not NUL-terminated; copied). The schema (source, stages,
+ *   buffer and queue sizes, failure limits, threads) is documented at
+ *   pipelineSpec in capi/spec.go, which parses it; the Python builder
+ *   writes it. *out receives the handle. SPDL_ERROR names what is wrong
+ *   with the spec. The pipeline is idle until spdl_pipeline_start.
  * spdl_pipeline_start: begins one epoch (a pass over the source). Fails if
  *   an epoch is running. After an epoch ends, start begins the next one.
  * spdl_pipeline_next: waits up to timeout_us microseconds (< 0: forever)
@@ -145,14 +167,20 @@ int spdl_pipeline_trace_write(uint64_t pipeline, const char *path, char **err);
  * A spdl_tensor is a refcounted block of C memory (or an adopted foreign
  * DLPack tensor) with its DLTensor view. Wire tag 'D' moves one reference.
  *
- * spdl_tensor_incref / spdl_tensor_decref: take / drop a reference; the
- *   memory returns to the pool when the last one goes.
+ * spdl_tensor_incref / spdl_tensor_decref: take / drop a reference (t must
+ *   be a reference the caller owns; decref ignores NULL); the memory
+ *   returns to the pool when the last one goes.
  * spdl_tensor_dltensor: the DLTensor view (borrowed, valid while a
  *   reference is held).
  * spdl_tensor_to_dlpack_versioned / _legacy: a new DLManagedTensor(Versioned)
- *   holding a new reference; its deleter drops it. Hand it to a consumer.
- * spdl_mem_stats: out[0] live tensors, out[1] live bytes, out[2] bytes
- *   cached in the pool, out[3] allocations made.
+ *   holding a new reference (t's own stays with the caller); its deleter
+ *   drops it and frees the struct. Hand it to a consumer. NULL if t is NULL
+ *   or memory is exhausted.
+ * spdl_mem_stats: *out_json = {"live_tensors", "live_bytes" (bytes of
+ *   pooled buffers in use), "pooled_bytes" (bytes cached for reuse),
+ *   "allocations" (buffers allocated from the system since start)}, all
+ *   integers; caller frees. Each value is exact; together they are not a
+ *   snapshot.
  * spdl_mem_set_pool_limit: bytes the pool may cache (default 256 MiB).
  * spdl_mem_trim: frees every cached buffer.
  *
@@ -164,26 +192,25 @@ int spdl_pipeline_trace_write(uint64_t pipeline, const char *path, char **err);
  *   stream to follow). The memory is reused only after that stream's
  *   queued work, or freed with cudaFree (which waits for the device) when
  *   the stream is unknown or several were noted. No-op on CPU tensors.
- * spdl_cuda_mem_stats: out[0] pinned bytes in use, out[1] pinned bytes
- *   cached, out[2] device bytes in use, out[3] device bytes cached,
- *   out[4] buffers allocated from CUDA, out[5] freed to CUDA, out[6] reuses
- *   that waited for a consumer's stream.
+ * spdl_cuda_mem_stats: *out_json = {"pinned_live_bytes",
+ *   "pinned_cached_bytes", "device_live_bytes", "device_cached_bytes"
+ *   (summed over devices), "allocations" and "frees" (buffers obtained from
+ *   and given back to CUDA since start), "reuse_waits" (reuses that waited
+ *   for a consumer's stream)}, all integers; caller frees. All zero until
+ *   CUDA is used.
  * spdl_cuda_mem_trim: frees every cached pinned and device buffer.
  */
 typedef struct spdl_tensor spdl_tensor;
-struct DLTensor;
-struct DLManagedTensor;
-struct DLManagedTensorVersioned;
 void spdl_tensor_incref(spdl_tensor *t);
 void spdl_tensor_decref(spdl_tensor *t);
-const struct DLTensor *spdl_tensor_dltensor(const spdl_tensor *t);
-struct DLManagedTensorVersioned *spdl_tensor_to_dlpack_versioned(spdl_tensor *t);
-struct DLManagedTensor *spdl_tensor_to_dlpack_legacy(spdl_tensor *t);
-void spdl_mem_stats(int64_t out[4]);
+const DLTensor *spdl_tensor_dltensor(const spdl_tensor *t);
+DLManagedTensorVersioned *spdl_tensor_to_dlpack_versioned(spdl_tensor *t);
+DLManagedTensor *spdl_tensor_to_dlpack_legacy(spdl_tensor *t);
+int spdl_mem_stats(char **out_json, char **err);
 void spdl_mem_set_pool_limit(int64_t bytes);
 void spdl_mem_trim(void);
 void spdl_tensor_note_stream(spdl_tensor *t, intptr_t stream);
-void spdl_cuda_mem_stats(int64_t out[7]);
+int spdl_cuda_mem_stats(char **out_json, char **err);
 void spdl_cuda_mem_trim(void);
 
 /* Bytes of Arrow buffers (C memory) alive now, exported or not. */
@@ -199,10 +226,16 @@ int64_t spdl_arrow_allocated_bytes(void);
  *   spdl_arrow_schema_capsule_destructor / spdl_arrow_array_capsule_destructor:
  *     for "arrow_schema" / "arrow_array" capsules; call the struct's release
  *     callback if a consumer did not move it out, then free the struct.
+ *   The capsule argument is the PyObject* of the capsule.
  * spdl_arrow_free: releases (if not moved out) and frees an exported pair
- *   that never went into capsules. Either pointer may be NULL.
+ *   (struct ArrowSchema *, struct ArrowArray *, wire tag 'A') that never
+ *   went into capsules. Either pointer may be NULL.
  */
 void spdl_set_python_api(void *capsule_is_valid, void *capsule_get_pointer);
+void spdl_dlpack_capsule_destructor(void *capsule);
+void spdl_arrow_schema_capsule_destructor(void *capsule);
+void spdl_arrow_array_capsule_destructor(void *capsule);
+void spdl_arrow_free(void *schema, void *array);
 
 /* The host registers PyGILState_Ensure, PyGILState_Release,
  * PyEval_SaveThread and PyEval_RestoreThread once; then every Go thread
@@ -210,10 +243,18 @@ void spdl_set_python_api(void *capsule_is_valid, void *capsule_get_pointer);
  * lifetime instead of one per callback. Without it callbacks still work
  * (ctypes makes a thread state per call), only slower. */
 void spdl_set_python_thread_api(void *gil_ensure, void *gil_release, void *save_thread, void *restore_thread);
-void spdl_dlpack_capsule_destructor(void *capsule);
-void spdl_arrow_schema_capsule_destructor(void *capsule);
-void spdl_arrow_array_capsule_destructor(void *capsule);
-void spdl_arrow_free(void *schema, void *array);
+
+/* ---- Test builds only ----
+ * A libspdl built with -tags cudatest (make cudatest-lib) also exports
+ * these; release builds do not (python/tests/test_cuda_standin.py uses
+ * them). They drive core/cuda/cudatest, a host-memory stand-in for the
+ * CUDA runtime:
+ * spdl_cudatest_install: installs the stand-in with ndevices GPUs; 0 on
+ *   success, -1 if a real runtime was installed first.
+ * spdl_cudatest_count: one of the stand-in's counters (cudatest.Counter).
+ */
+int64_t spdl_cudatest_install(int64_t ndevices);
+int64_t spdl_cudatest_count(int64_t which);
 
 #ifdef __cplusplus
 }

@@ -168,7 +168,7 @@ type CUDAStats struct {
 // CUDAMemStats returns the current CUDA memory statistics.
 func CUDAMemStats() CUDAStats {
 	var o [7]C.int64_t
-	C.spdl_cuda_mem_stats(&o[0])
+	C.spdl_cuda_pool_stats(&o[0])
 	return CUDAStats{int64(o[0]), int64(o[1]), int64(o[2]), int64(o[3]), int64(o[4]), int64(o[5]), int64(o[6])}
 }
 

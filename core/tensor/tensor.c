@@ -36,7 +36,7 @@ static atomic_llong st_live;     // bytes of pooled buffers in use
 static atomic_llong st_pooled;   // bytes in the free lists
 static atomic_llong st_allocs;   // buffers obtained from the system
 
-void spdl_mem_stats(int64_t out[4]) {
+void spdl_pool_stats(int64_t out[4]) {
   out[0] = atomic_load(&st_blocks);
   out[1] = atomic_load(&st_live);
   out[2] = atomic_load(&st_pooled);
@@ -350,7 +350,7 @@ int spdl_cuda_set_api(const spdl_cuda_api* api) {
   return rc;
 }
 
-void spdl_cuda_mem_stats(int64_t out[7]) {
+void spdl_cuda_pool_stats(int64_t out[7]) {
   out[0] = atomic_load(&cst_pinned_live);
   out[1] = atomic_load(&cst_pinned_cached);
   out[2] = atomic_load(&cst_dev_live);

@@ -22,7 +22,7 @@
 package tensor
 
 /*
-#cgo CFLAGS: -O2 -std=gnu11
+#cgo CFLAGS: -O2 -std=gnu11 -fvisibility=hidden
 #cgo LDFLAGS: -lpthread
 #include "tensor.h"
 #include "copy.h"
@@ -403,7 +403,7 @@ type Stats struct {
 // MemStats returns the current statistics.
 func MemStats() Stats {
 	var out [4]C.int64_t
-	C.spdl_mem_stats(&out[0])
+	C.spdl_pool_stats(&out[0])
 	return Stats{int64(out[0]), int64(out[1]), int64(out[2]), int64(out[3])}
 }
 

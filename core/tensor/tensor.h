@@ -2,9 +2,12 @@
  * tensor.h: spdl-go's reference-counted tensors (CPU, pinned and CUDA
  * device memory) and their DLPack exchange.
  *
- * These functions are part of libspdl's C ABI: Python calls some of them
- * through ctypes. Every function is safe to call from any thread, and
- * concurrently, as long as the caller owns the references it passes.
+ * The package is compiled with -fvisibility=hidden: the functions marked
+ * SPDL_TENSOR_ABI are part of libspdl's C ABI (capi/spdl.h declares them
+ * again, and capi/bridge.c includes both headers so that the compiler checks
+ * they agree); the others are for the Go package only. Every function is
+ * safe to call from any thread, and concurrently, as long as the caller owns
+ * the references it passes.
  *
  * Ownership in one paragraph: a spdl_tensor* is a counted reference. Whoever
  * receives one from spdl_tensor_alloc, spdl_tensor_from_dlpack_* or
@@ -23,6 +26,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define SPDL_TENSOR_ABI __attribute__((visibility("default")))
 
 typedef struct spdl_tensor spdl_tensor;
 
@@ -48,40 +53,40 @@ spdl_tensor* spdl_tensor_from_dlpack_versioned(DLManagedTensorVersioned* m);
 spdl_tensor* spdl_tensor_from_dlpack_legacy(DLManagedTensor* m);
 
 /* Adds a reference. t must be a live reference the caller owns. */
-void spdl_tensor_incref(spdl_tensor* t);
+SPDL_TENSOR_ABI void spdl_tensor_incref(spdl_tensor* t);
 
 /* Drops a reference; the last one frees the tensor (data back to the pool,
  * or the foreign deleter called). NULL is ignored. */
-void spdl_tensor_decref(spdl_tensor* t);
+SPDL_TENSOR_ABI void spdl_tensor_decref(spdl_tensor* t);
 
 /* The tensor's view: byte_offset 0, strides never NULL. Valid
  * while the caller holds a reference; the caller must not modify it. */
-const DLTensor* spdl_tensor_dltensor(const spdl_tensor* t);
+SPDL_TENSOR_ABI const DLTensor* spdl_tensor_dltensor(const spdl_tensor* t);
 
 /* Returns a new DLPack 1.0 struct holding a new reference to t (t's own
  * reference stays with the caller). Its deleter drops that reference and
  * frees the struct; call it exactly once. flags has READ_ONLY set if t was
  * imported read-only. NULL if t is NULL or memory is exhausted. */
-DLManagedTensorVersioned* spdl_tensor_to_dlpack_versioned(spdl_tensor* t);
+SPDL_TENSOR_ABI DLManagedTensorVersioned* spdl_tensor_to_dlpack_versioned(spdl_tensor* t);
 
 /* As spdl_tensor_to_dlpack_versioned, for the legacy struct. */
-DLManagedTensor* spdl_tensor_to_dlpack_legacy(spdl_tensor* t);
+SPDL_TENSOR_ABI DLManagedTensor* spdl_tensor_to_dlpack_legacy(spdl_tensor* t);
 
 /* Memory statistics, read without locking (each value is exact, the four
- * together are not a snapshot):
+ * together are not a snapshot; capi's spdl_mem_stats reports them as JSON):
  *   out[0] live spdl_tensor blocks (pooled and imported),
  *   out[1] bytes of pooled data buffers in use by live tensors,
  *   out[2] bytes cached in the pool's free lists,
  *   out[3] data buffers allocated from the system since start (pool misses;
  *          flat in a steady state means no per-batch allocation). */
-void spdl_mem_stats(int64_t out[4]);
+void spdl_pool_stats(int64_t out[4]);
 
 /* Sets how many bytes of free buffers the pool keeps (default 256 MiB;
  * negative means 0) and frees cached buffers above the new limit. */
-void spdl_mem_set_pool_limit(int64_t bytes);
+SPDL_TENSOR_ABI void spdl_mem_set_pool_limit(int64_t bytes);
 
 /* Frees every cached buffer. Buffers in use are not affected. */
-void spdl_mem_trim(void);
+SPDL_TENSOR_ABI void spdl_mem_trim(void);
 
 /* ---- CUDA memory -----------------------------------------------------------
  *
@@ -142,21 +147,21 @@ spdl_tensor* spdl_tensor_alloc_device(int32_t device, void* stream, int32_t ndim
  * it exports a device tensor. A buffer noted with -1 or with two different
  * streams is freed with cudaFree, not reused. Does nothing for other
  * tensors. */
-void spdl_tensor_note_stream(spdl_tensor* t, intptr_t stream);
+SPDL_TENSOR_ABI void spdl_tensor_note_stream(spdl_tensor* t, intptr_t stream);
 
-/* CUDA memory statistics:
+/* CUDA memory statistics (capi's spdl_cuda_mem_stats reports them as JSON):
  *   out[0] bytes of pinned buffers in use,   out[1] pinned bytes cached,
  *   out[2] bytes of device buffers in use,   out[3] device bytes cached,
  *   out[4] buffers allocated from CUDA since start,
  *   out[5] buffers freed to CUDA since start,
  *   out[6] reuses that had to wait for a consumer's event. */
-void spdl_cuda_mem_stats(int64_t out[7]);
+void spdl_cuda_pool_stats(int64_t out[7]);
 
 /* Sets the cache limits (negative means 0) and frees what is above them. */
 void spdl_cuda_set_pool_limits(int64_t pinned_bytes, int64_t device_bytes_per_device);
 
 /* Frees every cached pinned and device buffer. */
-void spdl_cuda_mem_trim(void);
+SPDL_TENSOR_ABI void spdl_cuda_mem_trim(void);
 
 #ifdef __cplusplus
 }  /* extern "C" */

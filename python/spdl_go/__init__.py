@@ -48,11 +48,10 @@ def memory_stats() -> dict[str, int]:
         live_tensors, live_bytes (in use), pooled_bytes (cached for reuse),
         allocations (made since start).
     """
-    import ctypes
+    from ._lib import call_json
 
-    out = (ctypes.c_int64 * 4)()
-    _LIB.spdl_mem_stats(ctypes.byref(out))
-    return {"live_tensors": out[0], "live_bytes": out[1], "pooled_bytes": out[2], "allocations": out[3]}
+    stats: dict[str, int] = call_json(_LIB.spdl_mem_stats)
+    return stats
 
 
 def arrow_allocated_bytes() -> int:

@@ -85,16 +85,19 @@ _SIGNATURES: dict[str, tuple[list, object]] = {
     "spdl_tensor_dltensor": ([c_void_p], c_void_p),
     "spdl_tensor_to_dlpack_versioned": ([c_void_p], c_void_p),
     "spdl_tensor_to_dlpack_legacy": ([c_void_p], c_void_p),
-    "spdl_mem_stats": ([POINTER(c_int64 * 4)], None),
+    "spdl_mem_stats": ([POINTER(c_void_p), _ERR], c_int),
     "spdl_mem_set_pool_limit": ([c_int64], None),
     "spdl_mem_trim": ([], None),
     "spdl_tensor_note_stream": ([c_void_p, ctypes.c_ssize_t], None),
-    "spdl_cuda_mem_stats": ([POINTER(c_int64 * 7)], None),
+    "spdl_cuda_mem_stats": ([POINTER(c_void_p), _ERR], c_int),
     "spdl_cuda_mem_trim": ([], None),
     "spdl_arrow_allocated_bytes": ([], c_int64),
     "spdl_set_python_api": ([c_void_p, c_void_p], None),
     "spdl_set_python_thread_api": ([c_void_p, c_void_p, c_void_p, c_void_p], None),
     "spdl_arrow_free": ([c_void_p, c_void_p], None),
+    "spdl_dlpack_capsule_destructor": ([c_void_p], None),
+    "spdl_arrow_schema_capsule_destructor": ([c_void_p], None),
+    "spdl_arrow_array_capsule_destructor": ([c_void_p], None),
 }
 for _name, (_args, _res) in _SIGNATURES.items():
     _fn = getattr(LIB, _name)

@@ -82,18 +82,8 @@ def memory_stats() -> dict[str, int]:
         obtained from and given back to CUDA), and reuse_waits (reuses of a
         buffer that queued a wait for its last consumer's stream).
     """
-    out = (ctypes.c_int64 * 7)()
-    _lib.LIB.spdl_cuda_mem_stats(ctypes.byref(out))
-    keys = (
-        "pinned_live_bytes",
-        "pinned_cached_bytes",
-        "device_live_bytes",
-        "device_cached_bytes",
-        "allocations",
-        "frees",
-        "reuse_waits",
-    )
-    return dict(zip(keys, (int(v) for v in out)))
+    stats: dict[str, int] = _lib.call_json(_lib.LIB.spdl_cuda_mem_stats)
+    return stats
 
 
 def trim_memory() -> None:
