@@ -81,6 +81,9 @@ func (o *optReader) seed() (uint64, error) {
 		_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
 		return binary.LittleEndian.Uint64(b[:]), nil
 	}
+	if u, ok := options.AsUint64(v); ok { // JSON keeps seeds >= 2**63 exact
+		return u, nil
+	}
 	n, ok := options.AsInt(v)
 	if !ok {
 		return 0, fmt.Errorf("option \"seed\" must be an int or None, not %s", value.Describe(v))

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/pipeline"
+	"github.com/spdl-go/spdl-go/core/value"
+	"github.com/spdl-go/spdl-go/core/wire"
+)
+
+// The specs below are shaped as python/spdl_go builds them (sources.py,
+// ops.py, pipeline.py's build).
+
+const sampling = `"sampling": {"shuffle": true, "seed": 18446744073709551615, "drop_last": false, "rank": 0, "world_size": 1, "epoch": 0}`
+
+const storageGroup = `"storage": {"timeout_s": 5.0, "retries": 2, "s3": {"region": "us-east-1"}}`
+
+// testData writes a folder of two classes, two tar shards and an Arrow
+// file, and returns their root.
+func testData(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, p := range []string{"img/cat/a.jpg", "img/cat/b.jpg", "img/dog/c.jpg"} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for s := range 2 {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for i := range 3 {
+			for _, ext := range []string{"jpg", "cls"} {
+				body := []byte(fmt.Sprint(i))
+				if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("%02d%02d.%s", s, i, ext), Mode: 0o644, Size: int64(len(body))}); err != nil {
+					t.Fatal(err)
+				}
+				tw.Write(body)
+			}
+		}
+		tw.Close()
+		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("shard-%d.tar", s)), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	schema := arrow.NewSchema([]arrow.Field{{Name: "label", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	b.Field(0).(*array.Int64Builder).AppendValues([]int64{1, 2, 3, 4}, nil)
+	rec := b.NewRecord()
+	defer rec.Release()
+	f, err := os.Create(filepath.Join(root, "part.arrow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := ipc.NewFileWriter(f, ipc.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return root
+}
+
+// run builds spec, runs one epoch and returns how many items came out.
+func run(t *testing.T, spec string) int {
+	t.Helper()
+	cfg, err := buildConfig([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		v, err := p.Next(context.Background(), 10*time.Second)
+		if errors.Is(err, pipeline.ErrEndOfData) {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		value.Release(v)
+		n++
+	}
+}
+
+func itemsWire(t *testing.T, items value.List) string {
+	t.Helper()
+	b, err := wire.Encode(nil, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+func TestEverySourceKindBuildsFromItsSpec(t *testing.T) {
+	root := testData(t)
+	listing := func(kind, sub string) string {
+		return fmt.Sprintf(`{"kind": %q, "root": %q, "extensions": [".jpg"], "recursive": true, %s}`, kind, filepath.Join(root, sub), storageGroup)
+	}
+	tests := []struct {
+		name, source string
+		want         int
+	}{
+		{"range", `{"kind": "range", "start": 0, "stop": 10, "step": 3}`, 4},
+		{"sampler size", `{"kind": "sampler", "n": 7, "with_index": false, ` + sampling + `}`, 7},
+		{"sampler items", `{"kind": "sampler", "n": 3, "with_index": true, "items_wire": "` + itemsWire(t, value.List{"a", int64(1), value.Tuple{"b", 2.5}}) + `", ` + sampling + `}`, 3},
+		{"sampler resumed", `{"kind": "sampler", "n": 7, ` + sampling + `, "resume": {"epoch": 0, "prefix": 3}}`, 4},
+		{"files", `{"kind": "sampler", "with_index": false, ` + sampling + `, "listing": ` + listing("files", "img") + `}`, 3},
+		{"image_folder", `{"kind": "sampler", "n": 3, ` + sampling + `, "listing": ` + listing("image_folder", "img") + `}`, 3},
+		{"webdataset", `{"kind": "webdataset", "urls": ["` + root + `/shard-{0..1}.tar"], "required": ["jpg", "cls"], "decode": {"cls": "int"},
+			"shuffle_buffer": 4, ` + storageGroup + `, "with_index": true, "prefetch_shards": 0, ` + sampling + `}`, 6},
+		{"webdataset glob resumed", `{"kind": "webdataset", "urls": ["` + root + `/shard-*.tar"], ` + sampling + `,
+			"stream_resume": {"epoch": 0, "consumed": {"0": [[0, 2]]}, "sizes": {}}}`, 4},
+		{"table", `{"kind": "table", "urls": ["` + root + `/*.arrow"], "columns": ["label"], "scalars": true, "shuffle_buffer": 0,
+			"batch_rows": 4096, ` + storageGroup + `, "with_index": false, ` + sampling + `}`, 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := `{"source": ` + tc.source + `, "stages": [], "buffer_size": 3, "num_threads": 2}`
+			if got := run(t, spec); got != tc.want {
+				t.Errorf("got %d items, want %d", got, tc.want)
+			}
+		})
+	}
+	t.Run("python", func(t *testing.T) {
+		cfg, err := buildConfig([]byte(`{"source": {"kind": "python", "id": 18446744073709551615}, "stages": []}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := cfg.Source.(*pySource); !ok || s.id != 1<<64-1 {
+			t.Errorf("source %#v, want the python source of id 2**64-1", cfg.Source)
+		}
+	})
+}
+
+// opOptions are each registered op's options as ops.py sends them.
+var opOptions = map[string]string{
+	"identity":            `{}`,
+	"to_tensor":           `{"dtype": "float32"}`,
+	"collate":             `{"pad": false, "pad_value": 0, "numbers": "arrow"}`,
+	"to_device":           `{"device": 0, "pinned": true, "keep_on_cpu": ["id"], "runtime": []}`,
+	"read_file":           `{"key": "path", "output_key": "data", "timeout_s": 3.5, "retries": 0, "s3": {"endpoint": "http://localhost:9000", "virtual_host": false}, "cache_memory_bytes": 1024}`,
+	"decode_image":        `{"key": "jpg", "output_key": null, "mode": "rgb", "size": [224, 224], "short_side": null, "interpolation": "bilinear"}`,
+	"decode_audio":        `{"key": null, "output_key": null, "sample_rate": 16000, "num_channels": 1, "start": 0.5, "duration": 2, "num_samples": null}`,
+	"decode_video":        `{"key": null, "output_key": null, "indices": null, "fps": null, "num_frames": 8, "start": 1, "duration": null, "mode": null, "size": [112, 112], "short_side": null, "interpolation": null, "threads": 1, "max_frames": null}`,
+	"resize":              `{"key": null, "output_key": null, "size": [32, 48], "short_side": null, "interpolation": "nearest"}`,
+	"center_crop":         `{"key": null, "output_key": null, "size": 16}`,
+	"random_resized_crop": `{"key": null, "output_key": null, "size": [32, 32], "scale": [0.08, 1.0], "ratio": [0.75, 1.3333], "interpolation": null, "seed": 18446744073709551615, "rng_key": null}`,
+	"hflip":               `{"key": null, "output_key": null}`,
+	"random_hflip":        `{"key": null, "output_key": null, "p": 0.5, "seed": 7, "rng_key": "__key__"}`,
+	"normalize":           `{"key": null, "output_key": null, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "layout": null}`,
+}
+
+func TestEveryRegisteredOpBuildsFromItsSpec(t *testing.T) {
+	for _, name := range ops.Names() {
+		t.Run(name, func(t *testing.T) {
+			opts, ok := opOptions[name]
+			if !ok {
+				t.Fatalf("op %q has no spec in this test; add what ops.py sends", name)
+			}
+			spec := `{"source": {"kind": "range", "start": 0, "stop": 1, "step": 1}, "stages": [{"kind": "pipe", "name": "s",
+				"concurrency": 2, "output_order": "input", "auto": false, "max_concurrency": 0, "timeout_s": 0, "max_failures": null,
+				"op": {"kind": "native", "name": "` + name + `", "options": ` + opts + `}}]}`
+			_, err := buildConfig([]byte(spec))
+			if name == "to_device" && err != nil && strings.Contains(strings.ToLower(err.Error()), "cuda") {
+				t.Skipf("no CUDA here: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestBadSpecsSayWhatIsWrong(t *testing.T) {
+	rangeSrc := `{"kind": "range", "start": 0, "stop": 3, "step": 1}`
+	pipe := func(fields string) string { return `{"source": ` + rangeSrc + `, "stages": [` + fields + `]}` }
+	tests := []struct{ name, spec, want string }{
+		{"not JSON", `{"source": `, "pipeline spec is not valid JSON: unexpected EOF"},
+		{"no source", `{"stages": []}`, "pipeline spec: no source (add_source was not called)"},
+		{"source without kind", `{"source": {"start": 1}}`, "pipeline spec: the source has no kind (a str)"},
+		{"unknown source kind", `{"source": {"kind": "csv"}}`, `unknown source kind "csv"; known kinds: python, range, sampler, table, test_countdown, webdataset`},
+		{"unknown source option", `{"source": {"kind": "range", "stop": 3, "stpe": 2}}`, `range source: unknown option "stpe"; known options: start, step, stop`},
+		{"unknown sampling option", `{"source": {"kind": "sampler", "n": 3, "sampling": {"sede": 1}}}`,
+			`sampler source: unknown option "sede" in sampling; known options: drop_last, epoch, rank, seed, shuffle, world_size`},
+		{"rank out of range", `{"source": {"kind": "sampler", "n": 3, "sampling": {"rank": 2, "world_size": 2}}}`,
+			"sampler source: sampling: rank must be in [0, world_size) with world_size >= 1, got rank=2, world_size=2"},
+		{"negative seed", `{"source": {"kind": "sampler", "n": 3, "sampling": {"seed": -1}}}`, "sampler source: sampling: seed must be in [0, 2**64), got -1"},
+		{"seed too large", `{"source": {"kind": "table", "urls": [], "sampling": {"seed": 18446744073709551616}}}`,
+			"table source: sampling: seed must be in [0, 2**64), got 18446744073709551616"},
+		{"negative epoch", `{"source": {"kind": "webdataset", "urls": [], "sampling": {"epoch": -1}}}`, "webdataset source: sampling: epoch must be >= 0, got -1"},
+		{"shuffle not a bool", `{"source": {"kind": "sampler", "n": 3, "sampling": {"shuffle": 1}}}`, `sampler source: option "sampling.shuffle" must be True or False, not 1`},
+		{"bad timeout", `{"source": {"kind": "webdataset", "urls": [], "storage": {"timeout_s": -1}}}`, "webdataset source: option timeout_s: want seconds > 0, got -1"},
+		{"bad retries", `{"source": {"kind": "table", "urls": [], "storage": {"retries": -2}}}`, "table source: option retries: want >= 0, got -2"},
+		{"unknown s3 setting", `{"source": {"kind": "webdataset", "urls": [], "storage": {"s3": {"bucket": "b"}}}}`,
+			`webdataset source: unknown option "bucket" in storage.s3; known options: access_key, endpoint, region, secret_key, session_token, virtual_host`},
+		{"unknown storage option", `{"source": {"kind": "table", "urls": [], "storage": {"timeout": 1}}}`,
+			`table source: unknown option "timeout" in storage; known options: ca_file, retries, s3, timeout_s`},
+		{"prefetch_shards", `{"source": {"kind": "webdataset", "urls": [], "prefetch_shards": -1}}`, "webdataset source: prefetch_shards must be an int >= 0, got -1"},
+		{"listing kind", `{"source": {"kind": "sampler", "listing": {"kind": "csv"}}}`, `sampler source: listing: unknown kind "csv" (want "files" or "image_folder")`},
+		{"items and listing", `{"source": {"kind": "sampler", "items_wire": "bA==", "listing": {"kind": "files", "root": "."}}}`, "sampler source: give items or a listing, not both"},
+		{"python id", `{"source": {"kind": "python", "id": "x"}}`, `python source: option "id" must be an int in [0, 2**64), not "x"`},
+		{"stage kind", pipe(`{"kind": "handoff"}`), `stage 0: unknown kind "handoff" (want "pipe", "aggregate" or "disaggregate")`},
+		{"stage order", pipe(`{"kind": "pipe", "name": "dec", "output_order": "random", "op": {"kind": "native", "name": "identity"}}`),
+			`stage 0 (dec): output_order "random": want "completion" or "input"`},
+		{"stage timeout", pipe(`{"kind": "aggregate", "size": 2}, {"kind": "pipe", "name": "slow", "timeout_s": -1, "op": {"kind": "python", "id": 1}}`),
+			"stage 1 (slow): timeout -1: want a finite number of seconds >= 0"},
+		{"missing op", pipe(`{"kind": "pipe", "name": "p"}`), "stage 0 (p): pipe stage has no op"},
+		{"op kind", pipe(`{"kind": "pipe", "name": "p", "op": {"kind": "lua"}}`), `stage 0 (p): unknown op kind "lua" (want "native" or "python")`},
+		{"unknown op", pipe(`{"kind": "pipe", "name": "p", "op": {"kind": "native", "name": "blur"}}`), `stage 0 (p): ops: unknown op "blur"; known ops: ` + strings.Join(ops.Names(), ", ")},
+		{"unknown op option", pipe(`{"kind": "pipe", "name": "p", "op": {"kind": "native", "name": "collate", "options": {"padd": true}}}`),
+			`stage 0 (p): ops: collate: unknown option "padd"; known options: numbers, pad, pad_value`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := buildConfig([]byte(tc.spec))
+			if err == nil {
+				t.Fatalf("no error; want %q", tc.want)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error\n got %q\nwant %q", err, tc.want)
+			}
+		})
+	}
+}
