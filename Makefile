@@ -18,9 +18,13 @@ all: build
 deps:
 	.ci/deps
 
+# Every build of libspdl.so exports only what capi/spdl.h declares: the
+# linker version script capi/libspdl.map (python/tests/test_abi.py checks).
+LIB_LDFLAGS := -ldflags=-extldflags=-Wl,--version-script=$(CURDIR)/capi/libspdl.map
+
 ## build: libspdl.so in place, for development (PYTHONPATH=python)
 build: deps
-	$(GO) build -buildmode=c-shared -o $(LIB) ./capi
+	$(GO) build -buildmode=c-shared $(LIB_LDFLAGS) -o $(LIB) ./capi
 	rm -f python/spdl_go/libspdl.h
 
 ## setup: system packages, and the Python packages the tests and the demo use
@@ -87,7 +91,7 @@ py-test: cudatest-lib
 ## (core/cuda/cudatest), for the Python tests of CUDA tensors without a GPU
 CUDATEST_LIB := $(CURDIR)/build/cudatest/libspdl.so
 cudatest-lib: deps
-	$(GO) build -tags cudatest -buildmode=c-shared -o $(CUDATEST_LIB) ./capi
+	$(GO) build -tags cudatest -buildmode=c-shared $(LIB_LDFLAGS) -o $(CUDATEST_LIB) ./capi
 	rm -f $(CURDIR)/build/cudatest/libspdl.h
 
 py-test-dev: build
@@ -117,7 +121,7 @@ bench-media: setup install
 ## gpu-bundle: .gpu/libspdl.so without FFmpeg or libjpeg (it needs only libc), to carry
 ## to a GPU machine that has PyTorch but not Debian's media libraries
 gpu-bundle: deps
-	go build -tags nomedia -buildmode=c-shared -o .gpu/libspdl.so ./capi
+	$(GO) build -tags nomedia -buildmode=c-shared $(LIB_LDFLAGS) -o .gpu/libspdl.so ./capi
 	rm -f .gpu/libspdl.h
 
 ## gpu-check: to_device's GPU checks (benchmarks/gpu_check.py); exits 2 without a GPU

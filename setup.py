@@ -52,11 +52,16 @@ class BuildGoLibrary(build_py):
         out = Path(self.build_lib) / "spdl_go" / "libspdl.so"
         out.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, CGO_ENABLED="1")
-        cmd = [go, "build", "-buildmode=c-shared", "-trimpath", "-o", str(out), "./capi"]
+        # The version script exports only what spdl.h declares (as Makefile's LIB_LDFLAGS).
+        ldflags = f"-extldflags=-Wl,--version-script={ROOT / 'capi' / 'libspdl.map'}"
+        cmd = [go, "build", "-buildmode=c-shared", "-trimpath", f"-ldflags={ldflags}", "-o", str(out), "./capi"]
         self.announce(" ".join(cmd), level=2)
         subprocess.run(cmd, cwd=ROOT, env=env, check=True)
-        out.with_suffix(".h").unlink(missing_ok=True)  # spdl.h is the documented header
+        # spdl.h, which the library is compiled against, is the header users
+        # get (not cgo's generated one); it includes dlpack.h.
+        out.with_suffix(".h").unlink(missing_ok=True)
         shutil.copy(ROOT / "capi" / "spdl.h", out.parent / "spdl.h")
+        shutil.copy(ROOT / "core" / "tensor" / "dlpack.h", out.parent / "dlpack.h")
 
 
 class BinaryDistribution(Distribution):

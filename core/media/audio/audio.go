@@ -23,7 +23,7 @@ package audio
 
 /*
 #cgo pkg-config: libswresample libavutil libavcodec
-#cgo CFLAGS: -O2 -std=gnu11
+#cgo CFLAGS: -O2 -std=gnu11 -fvisibility=hidden
 #include "convert.h"
 */
 import "C"

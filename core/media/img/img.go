@@ -1,7 +1,7 @@
 package img
 
 /*
-#cgo CFLAGS: -O3 -std=gnu11
+#cgo CFLAGS: -O3 -std=gnu11 -fvisibility=hidden
 #cgo pkg-config: libturbojpeg libavcodec libavformat libavutil libswscale
 #cgo LDFLAGS: -lm
 #include "kernels.h"

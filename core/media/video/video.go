@@ -44,7 +44,7 @@ package video
 
 /*
 #cgo pkg-config: libswscale libavutil libavcodec
-#cgo CFLAGS: -O2 -std=gnu11
+#cgo CFLAGS: -O2 -std=gnu11 -fvisibility=hidden
 #include <libavutil/pixfmt.h>
 #include <libswscale/swscale.h>
 */

@@ -1,0 +1,206 @@
+// abi_check.c: calls every function spdl.h declares (but the test-only
+// spdl_cudatest_*), through the header, against a built libspdl.so.
+// python/tests/test_abi.py compiles it with `-std=c11 -Wall -Wextra
+// -Werror`, links it to the library and runs it:
+//   abi_check <scratch directory>
+// It prints one line per check and exits 0 when all pass. (Go ignores
+// testdata/, so this file is not part of the library.)
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "spdl.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                      \
+  do {                                        \
+    if (cond) {                               \
+      printf("ok    ");                       \
+    } else {                                  \
+      printf("FAIL  ");                       \
+      failures++;                             \
+    }                                         \
+    printf(__VA_ARGS__);                      \
+    printf("\n");                             \
+  } while (0)
+
+// EXPECT_ERROR runs call, which may use a fresh `char *err`, and checks
+// that it returned SPDL_ERROR with a message.
+#define EXPECT_ERROR(what, call)      \
+  do {                                \
+    char *err = NULL;                 \
+    int rc_ = (call);                 \
+    check_error((what), rc_, err);    \
+  } while (0)
+
+static void check_error(const char *what, int rc, char *err) {
+  CHECK(rc == SPDL_ERROR && err != NULL && err[0] != '\0', "%s -> SPDL_ERROR: %s", what,
+        err ? err : "(no message)");
+  spdl_free(err);
+}
+
+// expect_json checks that rc is SPDL_OK with a JSON text that contains
+// want, and frees it.
+static void expect_json(const char *what, int rc, char *out, char *err, const char *want) {
+  CHECK(rc == SPDL_OK && out != NULL && strstr(out, want) != NULL, "%s -> %s", what,
+        rc == SPDL_OK ? (out ? out : "(null)") : (err ? err : "(no message)"));
+  spdl_free(out);
+  spdl_free(err);
+}
+
+static void check_handle_zero(void) {
+  char *out = NULL;
+  uint64_t h = 0;
+  spdl_buf buf = {NULL, 0};
+  EXPECT_ERROR("spdl_pipeline_start(0)", spdl_pipeline_start(h, &err));
+  EXPECT_ERROR("spdl_pipeline_next(0)", spdl_pipeline_next(h, 0, &buf, &err));
+  EXPECT_ERROR("spdl_pipeline_stop(0)", spdl_pipeline_stop(h, &err));
+  EXPECT_ERROR("spdl_pipeline_stats(0)", spdl_pipeline_stats(h, &out, &err));
+  EXPECT_ERROR("spdl_pipeline_source_state(0)", spdl_pipeline_source_state(h, &out, &err));
+  EXPECT_ERROR("spdl_pipeline_trace_start(0)", spdl_pipeline_trace_start(h, 10, &err));
+  EXPECT_ERROR("spdl_pipeline_trace_write(0)", spdl_pipeline_trace_write(h, "/nonexistent", &err));
+  EXPECT_ERROR("spdl_pipeline_free(0)", spdl_pipeline_free(h, -1, &err));
+  CHECK(out == NULL && buf.data == NULL, "failed calls leave their outputs untouched");
+}
+
+// take_tensor reads an item that is one tensor ('D', then the pointer).
+static spdl_tensor *take_tensor(const spdl_buf *b) {
+  uint64_t p = 0;
+  if (b->len != 9 || b->data[0] != 'D') return NULL;
+  memcpy(&p, b->data + 1, sizeof p);  // little endian, as the host is
+  return (spdl_tensor *)(uintptr_t)p;
+}
+
+static void check_tensor(spdl_tensor *t) {
+  const DLTensor *dl = spdl_tensor_dltensor(t);
+  CHECK(dl != NULL && dl->device.device_type == kDLCPU && dl->dtype.code == kDLFloat &&
+            dl->dtype.bits == 32 && dl->ndim == 0,
+        "spdl_tensor_dltensor: a float32 scalar on the CPU");
+  spdl_tensor_incref(t);
+  spdl_tensor_decref(t);
+  spdl_tensor_note_stream(t, -1);  // no-op on a CPU tensor
+  DLManagedTensorVersioned *v = spdl_tensor_to_dlpack_versioned(t);
+  CHECK(v != NULL && v->version.major == DLPACK_MAJOR_VERSION && v->deleter != NULL,
+        "spdl_tensor_to_dlpack_versioned");
+  if (v != NULL) v->deleter(v);
+  DLManagedTensor *m = spdl_tensor_to_dlpack_legacy(t);
+  CHECK(m != NULL && m->deleter != NULL, "spdl_tensor_to_dlpack_legacy");
+  if (m != NULL) m->deleter(m);
+  CHECK(spdl_tensor_to_dlpack_versioned(NULL) == NULL && spdl_tensor_to_dlpack_legacy(NULL) == NULL,
+        "spdl_tensor_to_dlpack_*(NULL) -> NULL");
+  spdl_tensor_decref(t);
+  spdl_tensor_decref(NULL);
+}
+
+static void check_pipeline(const char *dir) {
+  static const char bad[] = "{\"source\": ";
+  static const char spec[] =
+      "{\"source\": {\"kind\": \"range\", \"start\": 0, \"stop\": 3, \"step\": 1},"
+      " \"stages\": [{\"kind\": \"pipe\", \"name\": \"t\", \"concurrency\": 1,"
+      " \"op\": {\"kind\": \"native\", \"name\": \"to_tensor\", \"options\": {}}}]}";
+  char *err = NULL, *out = NULL;
+  uint64_t h = 0;
+  EXPECT_ERROR("spdl_pipeline_new(truncated JSON)", spdl_pipeline_new(bad, sizeof bad - 1, &h, &err));
+  int rc = spdl_pipeline_new(spec, sizeof spec - 1, &h, &err);
+  CHECK(rc == SPDL_OK && h != 0, "spdl_pipeline_new -> handle %" PRIu64 " %s", h, err ? err : "");
+  spdl_free(err);
+  err = NULL;
+  if (rc != SPDL_OK) return;
+  CHECK(spdl_pipeline_trace_start(h, 100, &err) == SPDL_OK, "spdl_pipeline_trace_start");
+  CHECK(spdl_pipeline_start(h, &err) == SPDL_OK, "spdl_pipeline_start");
+  int items = 0;
+  for (;;) {
+    spdl_buf b = {NULL, 0};
+    rc = spdl_pipeline_next(h, 10 * 1000 * 1000, &b, &err);
+    if (rc != SPDL_OK) break;
+    spdl_tensor *t = take_tensor(&b);
+    CHECK(t != NULL, "spdl_pipeline_next -> item %d is one tensor", items);
+    if (t != NULL && items == 0) {
+      check_tensor(t);
+    } else if (t != NULL) {
+      spdl_tensor_decref(t);
+    }
+    spdl_free(b.data);
+    items++;
+  }
+  CHECK(rc == SPDL_END && items == 3, "spdl_pipeline_next -> 3 items then SPDL_END (rc %d) %s", rc,
+        err ? err : "");
+  spdl_free(err);
+  err = NULL;
+  rc = spdl_pipeline_stats(h, &out, &err);
+  expect_json("spdl_pipeline_stats", rc, out, err, "{");
+  out = err = NULL;
+  rc = spdl_pipeline_source_state(h, &out, &err);
+  expect_json("spdl_pipeline_source_state", rc, out, err, "null");
+  out = err = NULL;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/trace.json", dir);
+  rc = spdl_pipeline_trace_write(h, path, &err);
+  CHECK(rc == SPDL_OK, "spdl_pipeline_trace_write %s", err ? err : "");
+  spdl_free(err);
+  err = NULL;
+  CHECK(spdl_pipeline_stop(h, &err) == SPDL_OK, "spdl_pipeline_stop");
+  CHECK(spdl_pipeline_stop(h, &err) == SPDL_OK, "spdl_pipeline_stop twice");
+  CHECK(spdl_pipeline_free(h, -1, &err) == SPDL_OK, "spdl_pipeline_free");
+  spdl_free(err);
+  err = NULL;
+  EXPECT_ERROR("spdl_pipeline_start(freed)", spdl_pipeline_start(h, &err));
+}
+
+int main(int argc, char **argv) {
+  const char *dir = argc > 1 ? argv[1] : "/tmp";
+  char *err = NULL, *out = NULL;
+  int rc;
+
+  const char *v = spdl_version();
+  CHECK(v != NULL && v[0] != '\0', "spdl_version -> %s", v ? v : "(null)");
+
+  CHECK(spdl_init(NULL, NULL, NULL, &err) == SPDL_OK, "spdl_init(NULL callbacks)");
+  spdl_set_python_api(NULL, NULL);
+  spdl_set_python_thread_api(NULL, NULL, NULL, NULL);
+
+  spdl_buf b = {NULL, 0};
+  spdl_buf_set(&b, "abc", 3);
+  CHECK(b.data != NULL && b.len == 3 && memcmp(b.data, "abc", 3) == 0, "spdl_buf_set");
+  spdl_free(b.data);
+  spdl_free(NULL);
+
+  rc = spdl_ops(&out, &err);
+  expect_json("spdl_ops", rc, out, err, "\"to_tensor\"");
+  out = err = NULL;
+
+  static const char junk[] = "not a media file";
+  EXPECT_ERROR("spdl_probe(junk bytes)", spdl_probe(NULL, junk, sizeof junk, &out, &err));
+
+  static const char req[] = "{\"op\": \"no such op\"}";
+  EXPECT_ERROR("spdl_sampler_call(unknown op)", spdl_sampler_call(req, sizeof req - 1, &out, &err));
+
+  rc = spdl_cuda_status(NULL, &out, &err);
+  expect_json("spdl_cuda_status", rc, out, err, "\"available\"");
+  out = err = NULL;
+
+  check_handle_zero();
+  check_pipeline(dir);
+
+  rc = spdl_mem_stats(&out, &err);
+  expect_json("spdl_mem_stats", rc, out, err, "\"live_tensors\"");
+  out = err = NULL;
+  spdl_mem_set_pool_limit(1 << 20);
+  spdl_mem_trim();
+  rc = spdl_cuda_mem_stats(&out, &err);
+  expect_json("spdl_cuda_mem_stats", rc, out, err, "\"reuse_waits\"");
+  out = err = NULL;
+  spdl_cuda_mem_trim();
+  CHECK(spdl_arrow_allocated_bytes() >= 0, "spdl_arrow_allocated_bytes");
+
+  // Without the Python API installed the destructors read no capsule.
+  spdl_dlpack_capsule_destructor(NULL);
+  spdl_arrow_schema_capsule_destructor(NULL);
+  spdl_arrow_array_capsule_destructor(NULL);
+  spdl_arrow_free(NULL, NULL);
+  CHECK(1, "capsule destructors and spdl_arrow_free with nothing to free");
+
+  printf("%d failed\n", failures);
+  return failures != 0;
+}
