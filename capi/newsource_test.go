@@ -25,7 +25,9 @@ func newCountdown(m map[string]any) (pipeline.Source, error) {
 	return countdown{from}, r.Done()
 }
 
-func (c countdown) Open(context.Context) (pipeline.Iterator, error) { return &countdownIter{c.from}, nil }
+func (c countdown) Open(context.Context) (pipeline.Iterator, error) {
+	return &countdownIter{c.from}, nil
+}
 
 type countdownIter struct{ n int64 }
 
