@@ -147,6 +147,9 @@ func spdl_pipeline_new(spec *C.spdl_cchar, specLen C.size_t, out *C.uint64_t, er
 	defer guard(&rc, errOut)
 	cfg, err := buildConfig(C.GoBytes(unsafe.Pointer(spec), C.int(specLen)))
 	if err == nil {
+		// Items are encoded for the host on the pipeline's goroutines, so
+		// that spdl_pipeline_next only hands over a finished buffer.
+		cfg.SinkEncode = handoff
 		var p *pipeline.Pipeline
 		if p, err = pipeline.New(cfg); err == nil {
 			*out = C.uint64_t(cgo.NewHandle(&handle{p: p}))
@@ -196,34 +199,23 @@ func spdl_pipeline_next(h C.uint64_t, timeoutUs C.int64_t, out *C.spdl_buf, errO
 	return rc
 }
 
-// encodeOut hands item to the caller as a malloc'd wire buffer. Items come
-// encoded from the handoff stage; anything else is encoded here.
+// encodeOut hands item to the caller as a malloc'd wire buffer. Every
+// item comes encoded: spdl_pipeline_new, the only place a pipeline is
+// built, sets Config.SinkEncode to handoff.
 func encodeOut(item any, out *C.spdl_buf) error {
 	enc, ok := item.(*wire.Encoded)
 	if !ok {
-		var err error
-		if enc, err = handoff(item); err != nil {
-			return fmt.Errorf("sink: %w", err)
-		}
+		value.Release(item)
+		return fmt.Errorf("sink: internal error: got an unencoded %T", item)
 	}
 	p, n := enc.Take()
 	out.data, out.len = (*C.uint8_t)(p), C.size_t(n)
 	return nil
 }
 
-// handoffOp encodes items for the host (see buildConfig).
-type handoffOp struct{}
-
-func (handoffOp) Process(_ context.Context, in any) (any, error) {
-	enc, err := handoff(in)
-	if err != nil {
-		return nil, err
-	}
-	return enc, nil
-}
-
-// handoff encodes v into C memory; on error it releases v.
-func handoff(v any) (*wire.Encoded, error) {
+// handoff encodes v into C memory, as every pipeline's Config.SinkEncode;
+// on error it releases v.
+func handoff(v any) (any, error) {
 	bp := encodeBufs.Get().(*[]byte)
 	defer encodeBufs.Put(bp)
 	enc, buf, err := wire.EncodeC(*bp, v, pyDecoder)
