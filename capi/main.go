@@ -1,10 +1,12 @@
 // Command capi is libspdl.so: the C ABI of the spdl-go engine, built with
 //
-//	go build -buildmode=c-shared -o libspdl.so ./capi
+//	go build -buildmode=c-shared -ldflags=-extldflags=-Wl,--version-script=$PWD/capi/libspdl.map ./capi
 //
-// spdl.h documents every function. Each export recovers panics and turns
-// them into SPDL_ERROR, since a panic that crossed into the host would kill
-// the user's training process.
+// (make build does this). spdl.h documents every function and is the
+// header the package is compiled against; libspdl.map exports exactly its
+// functions. Each export recovers panics and turns them into SPDL_ERROR,
+// since a panic that crossed into the host would kill the user's training
+// process.
 package main
 
 // #cgo CFLAGS: -I${SRCDIR}/../core/tensor
