@@ -48,7 +48,7 @@ type epoch struct {
 	tokens   chan struct{} // NumThreads cap; nil if none
 
 	counters     []*stageCounters // [0] source, [i+1] stage i
-	sinkCounters *stageCounters   // failures of Config.SinkEncode
+	sinkCounters stageCounters    // failures of Config.SinkEncode
 	failures     atomic.Int64     // over all stages
 	delivered    atomic.Int64
 	sinkOcc      atomic.Int64 // sum of len(sink) sampled after each delivery
@@ -100,15 +100,14 @@ type slot struct {
 func newEpoch(p *Pipeline, parent context.Context, cancel context.CancelFunc) *epoch {
 	n := len(p.stages)
 	ep := &epoch{
-		p:            p,
-		parent:       parent,
-		cancel:       cancel,
-		halted:       make(chan struct{}),
-		finished:     make(chan struct{}),
-		queues:       make([]chan any, n+1),
-		counters:     make([]*stageCounters, n+1),
-		sinkCounters: &stageCounters{},
-		start:        time.Now(),
+		p:        p,
+		parent:   parent,
+		cancel:   cancel,
+		halted:   make(chan struct{}),
+		finished: make(chan struct{}),
+		queues:   make([]chan any, n+1),
+		counters: make([]*stageCounters, n+1),
+		start:    time.Now(),
 	}
 	for i := range n {
 		ep.queues[i] = make(chan any, p.cfg.QueueSize)
@@ -165,7 +164,21 @@ func (ep *epoch) launch(it Iterator) {
 		}
 		g.Go(func() error { return ep.runTuner(auto, allDone) })
 	}
-	src := &worker{ep: ep, s: &sourceInfo, c: ep.counters[0], sl: &ep.counters[0].slots[0], out: ep.queues[0], closeOut: last >= 0}
+	// Every worker of the epoch, in one allocation.
+	n := 1
+	for i := range ep.p.stages {
+		if s := &ep.p.stages[i]; s.Kind == KindPipe {
+			n += s.Concurrency
+		} else {
+			n++
+		}
+	}
+	ws := make([]worker, 0, n)
+	add := func(w worker) *worker {
+		ws = append(ws, w)
+		return &ws[len(ws)-1]
+	}
+	src := add(worker{ep: ep, s: &sourceInfo, c: ep.counters[0], sl: &ep.counters[0].slots[0], out: ep.queues[0], closeOut: last >= 0})
 	if last < 0 {
 		src.sink = ep.p.cfg.SinkEncode
 	}
@@ -180,10 +193,10 @@ func (ep *epoch) launch(it Iterator) {
 		if s.Kind != KindPipe {
 			// One goroutine, in the slot after the pipe workers'.
 			w.sl = &c.slots[s.Concurrency]
-			if s.Kind == KindAggregate {
-				g.Go(w.runAggregate)
+			if wp := add(w); s.Kind == KindAggregate {
+				g.Go(wp.runAggregate)
 			} else {
-				g.Go(w.runDisaggregate)
+				g.Go(wp.runDisaggregate)
 			}
 			continue
 		}
@@ -191,9 +204,8 @@ func (ep *epoch) launch(it Iterator) {
 			w.r = newReorder(2 * s.Concurrency)
 		}
 		for k := range s.Concurrency {
-			wk := w
-			wk.sl = &c.slots[k]
-			if s.Timeout > 0 {
+			w.sl = &c.slots[k]
+			if wk := add(w); s.Timeout > 0 {
 				g.Go(wk.supervise)
 			} else {
 				g.Go(onThread(s.Op, wk.run))

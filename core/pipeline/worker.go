@@ -139,7 +139,7 @@ func (w *worker) encode(v any) (any, fate) {
 	if err == nil {
 		return out, fatePassed
 	}
-	if ferr := w.ep.itemFailed(&sinkInfo, w.ep.sinkCounters, describeFailed(v, err), err); ferr != nil {
+	if ferr := w.ep.itemFailed(&sinkInfo, &w.ep.sinkCounters, describeFailed(v, err), err); ferr != nil {
 		w.err = ferr
 		return nil, fateFatal
 	}
