@@ -84,7 +84,7 @@ class Tensor:
         raise TypeError("spdl_go.Tensor objects are made by pipelines, not constructed directly")
 
     @classmethod
-    def _adopt(cls, ptr: int) -> "Tensor":
+    def _adopt(cls, ptr: int) -> Tensor:
         """Takes over one reference to the spdl_tensor at ptr."""
         t = object.__new__(cls)
         t._ptr = ptr
@@ -222,7 +222,7 @@ class ArrowArray:
         raise TypeError("spdl_go.ArrowArray objects are made by pipelines, not constructed directly")
 
     @classmethod
-    def _adopt(cls, schema: int, array: int) -> "ArrowArray":
+    def _adopt(cls, schema: int, array: int) -> ArrowArray:
         a = object.__new__(cls)
         a._schema = schema
         a._array = array

@@ -7,7 +7,9 @@ many threads on free-threaded CPython too.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+from collections.abc import Callable
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -20,8 +22,20 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
+from typing import Any
 
-__all__ = ["LIB", "SPDL_END", "SPDL_ERROR", "SPDL_OK", "SPDL_TIMEOUT", "SpdlBuf", "check_fork"]
+__all__ = [
+    "LIB",
+    "SPDL_END",
+    "SPDL_ERROR",
+    "SPDL_OK",
+    "SPDL_TIMEOUT",
+    "SpdlBuf",
+    "call",
+    "call_json",
+    "check_fork",
+    "take_string",
+]
 
 SPDL_OK = 0
 SPDL_END = 1
@@ -156,10 +170,6 @@ def take_string(ptr: int | None) -> str:
 # Most exports end in (…, char **out, char **err) or (…, char **err) and
 # return SPDL_OK or an error code. These two helpers are that pattern,
 # written once: the strings the library hands out are copied and freed here.
-import json  # noqa: E402 - kept with the helpers that use it
-from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
-
 
 def call(fn: Callable[..., int], *args: Any, error: type[Exception] = RuntimeError) -> None:
     """Calls ``fn(*args, &err)``; raises ``error`` with the library's message

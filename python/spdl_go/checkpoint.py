@@ -19,7 +19,6 @@ number of ranks or threads:
 
 from __future__ import annotations
 
-import ctypes
 import json
 import sys
 import weakref
@@ -283,10 +282,7 @@ def _ints(x: Any) -> list[int]:
 
 def _sampler_call(req: dict[str, Any]) -> Any:
     raw = json.dumps(req).encode()
-    out, err = ctypes.c_void_p(), ctypes.c_void_p()
-    if _lib.LIB.spdl_sampler_call(raw, len(raw), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
-        raise ValueError(_lib.take_string(err.value))
-    return json.loads(_lib.take_string(out.value))
+    return _lib.call_json(_lib.LIB.spdl_sampler_call, raw, len(raw), error=ValueError)
 
 
 def _rank_state(s: dict[str, Any]) -> dict[str, Any]:

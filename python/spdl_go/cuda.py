@@ -11,7 +11,6 @@ the linker's search path.
 
 from __future__ import annotations
 
-import ctypes
 import glob
 import json
 import os
@@ -59,10 +58,7 @@ def runtime_search_paths() -> list[str]:
 def status() -> CudaStatus:
     """Loads the CUDA runtime if it can and says what it found."""
     paths = json.dumps(runtime_search_paths()).encode()
-    out, err = ctypes.c_void_p(), ctypes.c_void_p()
-    if _lib.LIB.spdl_cuda_status(paths, ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
-        raise RuntimeError(_lib.take_string(err.value))
-    d = json.loads(_lib.take_string(out.value))
+    d = _lib.call_json(_lib.LIB.spdl_cuda_status, paths)
     return CudaStatus(
         available=bool(d.get("available")),
         path=d.get("path", ""),

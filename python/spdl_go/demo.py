@@ -32,7 +32,7 @@ def generate(root: Path, n: int, seed: int = 0) -> list[tuple[str, int]]:
     root.mkdir(parents=True, exist_ok=True)
     manifest = root / f"manifest-{n}-{seed}.txt"
     if manifest.exists():
-        return [(p, int(l)) for p, l in (line.split("\t") for line in manifest.read_text().splitlines())]
+        return [(p, int(label)) for p, label in (line.split("\t") for line in manifest.read_text().splitlines())]
     rng = np.random.default_rng(seed)
     centers = rng.normal(size=(CLASSES, *SHAPE)).astype(np.float32)
     items = []
@@ -45,7 +45,7 @@ def generate(root: Path, n: int, seed: int = 0) -> list[tuple[str, int]]:
     bad = root / f"sample-{seed}-corrupt.f32"
     bad.write_bytes(b"\x00" * 100)  # truncated: one item fails, the epoch goes on
     items.insert(n // 2, (str(bad), 0))
-    manifest.write_text("".join(f"{p}\t{l}\n" for p, l in items))
+    manifest.write_text("".join(f"{p}\t{label}\n" for p, label in items))
     return items
 
 

@@ -202,17 +202,17 @@ def _sampling(
 
 def _sampler_call(req: dict[str, Any], who: str = "") -> Any:
     """Asks Go (spdl_sampler_call); its error is a ValueError, after ``who``."""
-    import ctypes
     import json
 
     from . import _lib
 
     raw = json.dumps(req).encode()
-    out, err = ctypes.c_void_p(), ctypes.c_void_p()
-    if _lib.LIB.spdl_sampler_call(raw, len(raw), ctypes.byref(out), ctypes.byref(err)) != _lib.SPDL_OK:
-        msg = _lib.take_string(err.value)
-        raise ValueError(f"{who}: {msg}" if who else msg)
-    return json.loads(_lib.take_string(out.value))
+    try:
+        return _lib.call_json(_lib.LIB.spdl_sampler_call, raw, len(raw), error=ValueError)
+    except ValueError as e:
+        if not who:
+            raise
+        raise ValueError(f"{who}: {e}") from None
 
 
 @dataclass(frozen=True, repr=False)
