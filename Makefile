@@ -10,7 +10,7 @@ export CGO_ENABLED := 1
 FT_PREFIX ?= $(HOME)/.cache/spdl-go/cpython-3.13t
 PYFT := $(FT_PREFIX)/bin/python3.13t
 
-.PHONY: all deps build setup servers install demo test go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check cudatest-lib clean
+.PHONY: all deps build setup servers install demo test lint go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check cudatest-lib clean
 
 all: build
 
@@ -44,12 +44,35 @@ demo: setup install
 servers:
 	.ci/servers
 
-## test: Go tests with the race detector, then pytest against the installed
-## wheel on the standard CPython ($(PY)) and on free-threaded CPython 3.13t
-test: setup servers go-test install py-test test-ft
+## test: the lint and type gates, Go tests with the race detector, then
+## pytest against the installed wheel on the standard CPython ($(PY)) and on
+## free-threaded CPython 3.13t; prints how long each step took
+TEST_STEPS := setup servers lint go-test install py-test test-ft
+test:
+	@for step in $(TEST_STEPS); do \
+	  start=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$step || exit 1; \
+	  echo "== make $$step: $$(( $$(date +%s) - start )) s"; \
+	done
+
+## lint: go vet, staticcheck, ruff (check, format --check) and mypy, each
+## configured in the repository (staticcheck.conf, ruff.toml, mypy.ini)
+STATICCHECK_VERSION := 0.8.2
+LINT_PIP := ruff==0.17.6 mypy==2.4.1
+STATICCHECK = $(shell $(GO) env GOPATH)/bin/staticcheck
+lint: setup
+	$(PY) -m pip install -q --disable-pip-version-check $(LINT_PIP)
+	@$(STATICCHECK) -version 2>/dev/null | grep -qF "($(STATICCHECK_VERSION))" || \
+	  (cd /tmp && GOFLAGS=-mod=mod $(GO) install honnef.co/go/tools/cmd/staticcheck@v$(STATICCHECK_VERSION))
+	$(GO) vet ./...
+	$(GO) vet -tags cudatest ./capi/... ./core/cuda/...
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags cudatest ./capi/... ./core/cuda/...
+	$(PY) -m ruff check python benchmarks setup.py
+	$(PY) -m ruff format --check python benchmarks setup.py
+	$(PY) -m mypy
 
 go-test:
-	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
 

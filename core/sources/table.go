@@ -545,7 +545,7 @@ func openTable(ctx context.Context, open func(context.Context, string) (File, er
 		sc, err := fr.Schema()
 		if err != nil {
 			pf.Close()
-			return nil, fmt.Errorf("Parquet schema: %w", err)
+			return nil, fmt.Errorf("reading the Parquet schema: %w", err)
 		}
 		t.pq, t.pqFile, t.schema = fr, pf, sc
 	case formatArrow:

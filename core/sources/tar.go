@@ -249,7 +249,7 @@ func (it *tarIter) read(ctx context.Context) (any, error) {
 			// that claims one would expand to gigabytes of zeros.
 			return nil, it.broken(fmt.Errorf("member %s is a sparse file, which shards do not hold", hdr.Name))
 		}
-		if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeRegA {
+		if hdr.Typeflag != tar.TypeReg { // Next reports the old TypeRegA as TypeReg
 			continue
 		}
 		key, ext := splitKey(hdr.Name)

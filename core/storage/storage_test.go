@@ -130,13 +130,15 @@ func TestRetries(t *testing.T) {
 	behaviours := map[string]func(w http.ResponseWriter, r *http.Request, n int64){
 		"503 twice": func(w http.ResponseWriter, r *http.Request, n int64) {
 			if n <= 2 {
-				http.Error(w, "busy", 503)
+				http.Error(w, "busy", http.StatusServiceUnavailable)
 				return
 			}
 			w.Write(payload)
 		},
-		"always 503": func(w http.ResponseWriter, r *http.Request, n int64) { http.Error(w, "busy", 503) },
-		"403":        func(w http.ResponseWriter, r *http.Request, n int64) { http.Error(w, "denied", 403) },
+		"always 503": func(w http.ResponseWriter, r *http.Request, n int64) {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		},
+		"403": func(w http.ResponseWriter, r *http.Request, n int64) { http.Error(w, "denied", http.StatusForbidden) },
 		"reset mid-body once": func(w http.ResponseWriter, r *http.Request, n int64) {
 			if n == 1 {
 				w.Header().Set("Content-Length", "100000")
