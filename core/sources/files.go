@@ -1,8 +1,3 @@
-// Package sources lists and reads datasets where they are kept: files
-// under a directory or matching a glob, ImageNet-style class folders, and
-// (tar.go) WebDataset tar shards. Listings are deterministic (sorted), so
-// that a seeded sampler deals the same samples to the same ranks on every
-// machine.
 package sources
 
 import (

@@ -1,6 +1,8 @@
-// Package tensor holds n-dimensional CPU arrays in C memory, so that Python
-// can take them without a copy through DLPack while Go keeps producing
-// more.
+// Package tensor holds n-dimensional arrays outside Go's heap, so that
+// Python can take them without a copy through DLPack while Go keeps
+// producing more: in C host memory (pooled here), in pinned host memory or
+// in CUDA device memory (cuda.go, through core/cuda's runtime), or imported
+// from a foreign DLPack tensor.
 //
 // A Tensor is one counted reference to a C block (tensor.h) that owns either
 // a buffer from this package's pool or a tensor imported through DLPack.
