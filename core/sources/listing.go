@@ -218,3 +218,63 @@ func readSampling(r *options.Reader) (sampler.Options, error) {
 	}
 	return o, g.Done()
 }
+
+// streamSpec is what the streaming sources (webdataset, table) read alike:
+// their files, how their units are dealt and shuffled, and where a resumed
+// first epoch picks up.
+type streamSpec struct {
+	urls          []string // as given: paths, brace patterns, globs
+	sampling      sampler.Options
+	shuffleBuffer int
+	withIndex     bool
+	resume        *StreamResume
+	storage       storage.Options
+}
+
+// readStream reads the options webdataset and table share; the caller
+// reads its own, calls r.Done, then resolve.
+func readStream(r *options.Reader) (*streamSpec, error) {
+	s := &streamSpec{}
+	var err error
+	if s.urls, err = r.Strings("urls"); err != nil {
+		return nil, err
+	}
+	buf, err := r.Int("shuffle_buffer", 0)
+	if err != nil {
+		return nil, err
+	}
+	if buf < 0 || buf > 1<<31-1 {
+		return nil, fmt.Errorf("shuffle_buffer must be an int >= 0, got %d", buf)
+	}
+	s.shuffleBuffer = int(buf)
+	if s.withIndex, err = r.Bool("with_index", false); err != nil {
+		return nil, err
+	}
+	if s.sampling, err = readSampling(r); err != nil {
+		return nil, err
+	}
+	if s.storage, err = readStorage(r); err != nil {
+		return nil, err
+	}
+	var resume StreamResume
+	if ok, err := r.JSON("stream_resume", &resume); err != nil {
+		return nil, err
+	} else if ok {
+		s.resume = &resume
+	}
+	return s, nil
+}
+
+// resolve expands the URLs (listing s3:// globs) and makes the client that
+// reads them.
+func (s *streamSpec) resolve() ([]string, *storage.Client, error) {
+	paths, err := expandPaths(s.urls, s.storage)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := storage.New(s.storage)
+	if err != nil {
+		return nil, nil, err
+	}
+	return paths, client, nil
+}

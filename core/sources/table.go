@@ -22,7 +22,6 @@ import (
 	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sampler"
-	"github.com/spdl-go/spdl-go/core/storage"
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
@@ -740,11 +739,13 @@ func init() { Register("table", newTable) }
 //	 "sampling": {...}, "storage": {...}, "stream_resume": {...}}
 func newTable(m map[string]any) (pipeline.Source, error) {
 	r := options.New(m)
-	urls, err := r.Strings("urls")
+	st, err := readStream(r)
 	if err != nil {
 		return nil, err
 	}
-	o := TableOptions{}
+	o := TableOptions{ShuffleBuffer: st.shuffleBuffer, WithIndex: st.withIndex, Resume: st.resume}
+	so := st.sampling
+	o.Shuffle, o.Seed, o.World, o.Rank, o.DropLast, o.Epoch = so.Shuffle, so.Seed, so.World, so.Rank, so.DropLast, so.Epoch
 	if o.Columns, err = r.Strings("columns"); err != nil {
 		return nil, err
 	}
@@ -754,42 +755,14 @@ func newTable(m map[string]any) (pipeline.Source, error) {
 	if o.BatchRows, err = r.Int("batch_rows", 0); err != nil {
 		return nil, err
 	}
-	buf, err := r.Int("shuffle_buffer", 0)
-	if err != nil {
-		return nil, err
-	}
-	if buf < 0 || buf > 1<<31-1 {
-		return nil, fmt.Errorf("shuffle_buffer must be an int >= 0, got %d", buf)
-	}
-	o.ShuffleBuffer = int(buf)
-	if o.WithIndex, err = r.Bool("with_index", false); err != nil {
-		return nil, err
-	}
-	so, err := readSampling(r)
-	if err != nil {
-		return nil, err
-	}
-	o.Shuffle, o.Seed, o.World, o.Rank, o.DropLast, o.Epoch = so.Shuffle, so.Seed, so.World, so.Rank, so.DropLast, so.Epoch
-	st, err := readStorage(r)
-	if err != nil {
-		return nil, err
-	}
-	var resume StreamResume
-	if ok, err := r.JSON("stream_resume", &resume); err != nil {
-		return nil, err
-	} else if ok {
-		o.Resume = &resume
-	}
 	if err := r.Done(); err != nil {
 		return nil, err
 	}
-	if o.Paths, err = expandPaths(urls, st); err != nil {
-		return nil, err
-	}
-	client, err := storage.New(st)
+	paths, client, err := st.resolve()
 	if err != nil {
 		return nil, err
 	}
+	o.Paths = paths
 	o.Open = func(ctx context.Context, name string) (File, error) { return client.OpenFile(ctx, name) }
 	return NewTableSource(o)
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sampler"
-	"github.com/spdl-go/spdl-go/core/storage"
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
@@ -514,25 +513,19 @@ func init() { Register("webdataset", newWebDataset) }
 // Each URL is a path, a brace pattern or a glob.
 func newWebDataset(m map[string]any) (pipeline.Source, error) {
 	r := options.New(m)
-	urls, err := r.Strings("urls")
+	st, err := readStream(r)
 	if err != nil {
 		return nil, err
 	}
-	o := TarOptions{}
+	o := TarOptions{ShuffleBuffer: st.shuffleBuffer, WithIndex: st.withIndex, Resume: st.resume}
+	so := st.sampling
+	o.Shuffle, o.Seed, o.World, o.Rank, o.DropLast, o.Epoch = so.Shuffle, so.Seed, so.World, so.Rank, so.DropLast, so.Epoch
 	if o.Required, err = r.Strings("required"); err != nil {
 		return nil, err
 	}
 	if o.Decode, err = r.StringMap("decode"); err != nil {
 		return nil, err
 	}
-	buf, err := r.Int("shuffle_buffer", 0)
-	if err != nil {
-		return nil, err
-	}
-	if buf < 0 || buf > 1<<31-1 {
-		return nil, fmt.Errorf("shuffle_buffer must be an int >= 0, got %d", buf)
-	}
-	o.ShuffleBuffer = int(buf)
 	if r.Has("prefetch_shards") {
 		p, err := r.Int("prefetch_shards", 0)
 		if err != nil {
@@ -548,34 +541,13 @@ func newWebDataset(m map[string]any) (pipeline.Source, error) {
 	} else {
 		r.Get("prefetch_shards")
 	}
-	if o.WithIndex, err = r.Bool("with_index", false); err != nil {
-		return nil, err
-	}
-	so, err := readSampling(r)
-	if err != nil {
-		return nil, err
-	}
-	o.Shuffle, o.Seed, o.World, o.Rank, o.DropLast, o.Epoch = so.Shuffle, so.Seed, so.World, so.Rank, so.DropLast, so.Epoch
-	st, err := readStorage(r)
-	if err != nil {
-		return nil, err
-	}
-	var resume StreamResume
-	if ok, err := r.JSON("stream_resume", &resume); err != nil {
-		return nil, err
-	} else if ok {
-		o.Resume = &resume
-	}
 	if err := r.Done(); err != nil {
 		return nil, err
 	}
-	if o.Shards, err = expandPaths(urls, st); err != nil {
-		return nil, err
-	}
-	client, err := storage.New(st)
+	paths, client, err := st.resolve()
 	if err != nil {
 		return nil, err
 	}
-	o.Open = client.Open
+	o.Shards, o.Open = paths, client.Open
 	return NewTarSource(o)
 }
