@@ -43,7 +43,7 @@ func (it *countdownIter) Close() error { return nil }
 
 func TestANewSourceKindNeedsNoCapiChange(t *testing.T) {
 	spec := `{"source": {"kind": "test_countdown", "from": 5}, "stages": [{"kind": "pipe", "name": "id", "concurrency": 2,
-		"op": {"kind": "native", "name": "identity", "options": {}}}, {"kind": "aggregate", "size": 2, "drop_last": false}]}`
+		"op": {"kind": "native", "name": "identity", "options": {}}}, {"kind": "aggregate", "num_items": 2, "drop_last": false}]}`
 	if got := run(t, spec); got != 3 {
 		t.Errorf("got %d batches of 5 items by 2, want 3", got)
 	}

@@ -14,10 +14,9 @@ import (
 //	{"op": "state", "config": {"n": 10, <sampling>}, "progress": {...}, "consumed": [dataset indices]}
 //	{"op": "merge", "n": 10, "states": [rank states]}
 //	{"op": "list", "listing": {...}}: {"n": count, "classes": [...]} of a listing (sources.ReadListing)
-//	{"op": "sampling", "sampling": {...}}: {} if the sampling group is valid
 //
 // <sampling> is the group sampler.ReadOptions reads (shuffle, seed,
-// world_size, rank, drop_last, epoch).
+// world_size, rank, drop_last, epoch); spdl_spec_check checks one alone.
 type samplerRequest struct {
 	Op       string              `json:"op"`
 	Config   map[string]any      `json:"config"`
@@ -26,7 +25,6 @@ type samplerRequest struct {
 	N        int64               `json:"n"`
 	States   []sampler.RankState `json:"states"`
 	Listing  map[string]any      `json:"listing"`
-	Sampling map[string]any      `json:"sampling"`
 }
 
 // samplerConfig reads a rank's sampler config: n and the sampling group.
@@ -46,7 +44,7 @@ func samplerConfig(m map[string]any) (sampler.Config, error) {
 // samplerCall answers one request: "state" turns the dataset indices this
 // rank consumed of a plan into its RankState; "merge" turns every rank's
 // state into the epoch's Progress; "list" lists a dataset ahead of the
-// build that takes it; "sampling" checks a sampling group.
+// build that takes it.
 func samplerCall(raw []byte) (any, error) {
 	var req samplerRequest
 	if err := decodeJSON(raw, &req); err != nil {
@@ -83,15 +81,6 @@ func samplerCall(raw []byte) (any, error) {
 			return nil, err
 		}
 		return map[string]any{"n": len(got.Items), "classes": got.Classes}, nil
-	case "sampling":
-		r := options.New(req.Sampling)
-		if _, err := sampler.ReadOptions(r); err != nil {
-			return nil, err
-		}
-		if err := r.Done(); err != nil {
-			return nil, fmt.Errorf("sampling: %w", err)
-		}
-		return map[string]any{}, nil
 	}
-	return nil, fmt.Errorf("sampler request: unknown op %q (want \"state\", \"merge\", \"list\" or \"sampling\")", req.Op)
+	return nil, fmt.Errorf("sampler request: unknown op %q (want \"state\", \"merge\" or \"list\")", req.Op)
 }

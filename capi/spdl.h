@@ -104,6 +104,19 @@ int spdl_probe(const char *path, const void *data, size_t data_len, char **out_j
  * with spdl_free. SPDL_ERROR names what is wrong with the request. */
 int spdl_sampler_call(const char *req_json, size_t req_len, char **out_json, char **err);
 
+/* spdl_spec_check: checks one part of a pipeline spec, the spec_len bytes
+ * of JSON at spec_json (not NUL-terminated; copied), with the code that
+ * reads it for spdl_pipeline_new, so a host can refuse an argument when it
+ * is given. part (NUL-terminated) is
+ *   "stage":    one stage of the spec's "stages" (its op is not built),
+ *   "pipeline": some or all of the pipeline's settings (buffer_size,
+ *               queue_size, max_failures, num_threads, cpu_budget),
+ *   "sampling": the "sampling" group of a sampled source's options.
+ * The schema is documented in capi/spec.go. SPDL_OK: the part is valid.
+ * SPDL_ERROR: *err names the argument that is wrong in the words of the
+ * Python builder ("pipe: concurrency must be an int >= 1 or 'auto', got 0"). */
+int spdl_spec_check(const char *part, const char *spec_json, size_t spec_len, char **err);
+
 /* spdl_cuda_status: loads the CUDA runtime (libcudart) at run time, trying
  * the paths in paths_json (a JSON list; may be NULL), then $SPDL_GO_CUDART,
  * then the linker's search path, and reports as JSON (caller frees):
@@ -118,8 +131,8 @@ int spdl_cuda_status(const char *paths_json, char **out_json, char **err);
  *
  * spdl_pipeline_new: builds a pipeline from the spec_len bytes of JSON at
  *   spec_json (not NUL-terminated; copied). The schema (source, stages,
- *   buffer and queue sizes, failure limits, threads) is documented at
- *   pipelineSpec in capi/spec.go, which parses it; the Python builder
+ *   buffer and queue sizes, failure limits, threads) is documented in
+ *   capi/spec.go, which parses it; the Python builder
  *   writes it. *out receives the handle. SPDL_ERROR names what is wrong
  *   with the spec. The pipeline is idle until spdl_pipeline_start.
  * spdl_pipeline_start: begins one epoch (a pass over the source). Fails if

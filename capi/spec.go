@@ -5,154 +5,318 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spdl-go/spdl-go/core/ops"
+	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sources"
+	"github.com/spdl-go/spdl-go/core/value"
 )
 
-// pipelineSpec is the JSON a host sends to spdl_pipeline_new.
+// The JSON a host sends to spdl_pipeline_new:
 //
 //	{"source": {"kind": "<a kind registered with sources.Register>", <its options>},
-//	 "stages": [{"kind": "pipe", "name": "decode", "concurrency": 4, "output_order": "input",
-//	             "auto": false, "max_concurrency": 0, "timeout_s": 0,
+//	 "stages": [{"kind": "pipe", "name": "decode", "concurrency": 4 | "auto",
+//	             "max_concurrency": null, "timeout_s": null, "output_order": "input",
 //	             "max_failures": -1,
 //	             "op": {"kind": "native", "name": "identity", "options": {}} | {"kind": "python", "id": 2}},
-//	            {"kind": "aggregate", "size": 32, "drop_last": false},
+//	            {"kind": "aggregate", "num_items": 32, "drop_last": false},
 //	            {"kind": "disaggregate"}],
-//	 "buffer_size": 3, "queue_size": 2, "max_failures": -1, "num_threads": 0, "cpu_budget": 0}
+//	 "buffer_size": 3, "max_failures": -1, "num_threads": null, "cpu_budget": null, "queue_size": null}
+//
+// The settings are the Python builder's arguments as the user gave them
+// (null: the default), so that the errors below, which name those
+// arguments, are the only check of them: readStage reads one stage and
+// readSettings the pipeline's settings, for the build and for
+// spdl_spec_check (check.go) alike.
 //
 // The source's options are its kind's (core/sources: "range", "sampler",
 // "webdataset", "table"; "python" is registered in python.go); capi knows
-// none of them. Numbers in options stay exact (json.Number), so a 64-bit
-// seed survives.
-type pipelineSpec struct {
-	Source      map[string]any `json:"source"`
-	Stages      []stageSpec    `json:"stages"`
-	BufferSize  *int           `json:"buffer_size"`
-	QueueSize   int            `json:"queue_size"`
-	MaxFailures *int           `json:"max_failures"`
-	NumThreads  int            `json:"num_threads"`
-	CPUBudget   int            `json:"cpu_budget"`
-}
-
-type stageSpec struct {
-	Kind        string  `json:"kind"`
-	Name        string  `json:"name"`
-	Op          *opSpec `json:"op"`
-	Concurrency int     `json:"concurrency"`
-	Auto        bool    `json:"auto"`
-	MaxConc     int     `json:"max_concurrency"`
-	TimeoutS    float64 `json:"timeout_s"`
-	OutputOrder string  `json:"output_order"`
-	MaxFailures *int    `json:"max_failures"`
-	Size        int     `json:"size"`
-	DropLast    bool    `json:"drop_last"`
-}
-
-type opSpec struct {
-	Kind    string         `json:"kind"`
-	Name    string         `json:"name"`
-	ID      uint64         `json:"id"`
-	Options map[string]any `json:"options"`
-}
+// none of them. Numbers stay exact (json.Number), so a 64-bit seed
+// survives.
 
 // buildConfig turns a JSON spec into an engine configuration; errors name
-// the field (and stage index) that is wrong.
+// the argument (and stage index) that is wrong.
 func buildConfig(raw []byte) (pipeline.Config, error) {
-	var spec pipelineSpec
 	var cfg pipeline.Config
+	var spec map[string]any
 	if err := decodeJSON(raw, &spec); err != nil {
 		return cfg, fmt.Errorf("pipeline spec is not valid JSON: %w", err)
 	}
-	if spec.Source == nil {
+	r := options.New(spec)
+	v, ok := r.Get("source")
+	if !ok {
 		return cfg, fmt.Errorf("pipeline spec: no source (add_source was not called)")
 	}
-	kind, ok := spec.Source["kind"].(string)
+	src, ok := options.AsMap(v)
+	if !ok {
+		return cfg, fmt.Errorf("pipeline spec: the source must be a dict, not %s", value.Describe(v))
+	}
+	kind, ok := src["kind"].(string)
 	if !ok {
 		return cfg, fmt.Errorf("pipeline spec: the source has no kind (a str)")
 	}
-	opts := make(map[string]any, len(spec.Source))
-	for k, v := range spec.Source {
+	var stages []any
+	if v, ok := r.Get("stages"); ok {
+		if stages, ok = options.AsSeq(v); !ok {
+			return cfg, fmt.Errorf("pipeline spec: stages must be a list, not %s", value.Describe(v))
+		}
+	}
+	if err := readSettings(r, &cfg); err != nil {
+		return cfg, err
+	}
+	if err := r.Done(); err != nil {
+		return cfg, fmt.Errorf("pipeline spec: %w", err)
+	}
+	opts := make(map[string]any, len(src))
+	for k, v := range src {
 		if k != "kind" {
 			opts[k] = v
 		}
 	}
-	src, err := sources.New(kind, opts)
+	s, err := sources.New(kind, opts)
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Source = src
-	for i, s := range spec.Stages {
-		st := pipeline.StageConfig{Name: s.Name, MaxFailures: -1}
-		if s.MaxFailures != nil {
-			st.MaxFailures = *s.MaxFailures
+	cfg.Source = s
+	for i, v := range stages {
+		m, ok := options.AsMap(v)
+		if !ok {
+			return cfg, fmt.Errorf("stage %d: must be a dict, not %s", i, value.Describe(v))
 		}
-		switch s.Kind {
-		case "pipe":
-			st.Kind = pipeline.KindPipe
-			st.Concurrency = s.Concurrency
-			st.AutoConcurrency = s.Auto
-			st.MaxConcurrency = s.MaxConc
-			if s.TimeoutS < 0 || math.IsNaN(s.TimeoutS) || math.IsInf(s.TimeoutS, 0) {
-				return cfg, fmt.Errorf("stage %d (%s): timeout %v: want a finite number of seconds >= 0", i, s.Name, s.TimeoutS)
+		at := fmt.Sprintf("stage %d", i)
+		if name, _ := m["name"].(string); name != "" {
+			at += " (" + name + ")"
+		}
+		st, op, err := readStage(m)
+		if err != nil {
+			return cfg, fmt.Errorf("%s: %w", at, err)
+		}
+		if st.Kind == pipeline.KindPipe {
+			if st.Op, err = buildOp(op); err != nil {
+				return cfg, fmt.Errorf("%s: %w", at, err)
 			}
-			st.Timeout = time.Duration(s.TimeoutS * float64(time.Second))
-			switch s.OutputOrder {
-			case "", "completion":
-				st.Order = pipeline.OrderCompletion
-			case "input":
-				st.Order = pipeline.OrderInput
-			default:
-				return cfg, fmt.Errorf("stage %d (%s): output_order %q: want \"completion\" or \"input\"", i, s.Name, s.OutputOrder)
-			}
-			op, err := buildOp(s.Op)
-			if err != nil {
-				return cfg, fmt.Errorf("stage %d (%s): %w", i, s.Name, err)
-			}
-			st.Op = op
-		case "aggregate":
-			st.Kind = pipeline.KindAggregate
-			st.Size = s.Size
-			st.DropLast = s.DropLast
-		case "disaggregate":
-			st.Kind = pipeline.KindDisaggregate
-		default:
-			return cfg, fmt.Errorf("stage %d: unknown kind %q (want \"pipe\", \"aggregate\" or \"disaggregate\")", i, s.Kind)
 		}
 		cfg.Stages = append(cfg.Stages, st)
 	}
-	cfg.BufferSize = 3
-	if spec.BufferSize != nil {
-		cfg.BufferSize = *spec.BufferSize
-	}
-	cfg.QueueSize = spec.QueueSize
-	cfg.MaxFailures = -1
-	if spec.MaxFailures != nil {
-		cfg.MaxFailures = *spec.MaxFailures
-	}
-	cfg.NumThreads = spec.NumThreads
-	cfg.CPUBudget = spec.CPUBudget
 	return cfg, nil
 }
 
-func buildOp(s *opSpec) (pipeline.Op, error) {
-	if s == nil {
+// readStage reads and checks one stage: everything but its op, which it
+// returns as given (nil if absent) for buildOp. Errors are in the words
+// of the Python builder's methods (pipe, aggregate, disaggregate).
+func readStage(m map[string]any) (pipeline.StageConfig, any, error) {
+	r := options.New(m)
+	st := pipeline.StageConfig{MaxFailures: -1}
+	kind, err := r.String("kind", "")
+	if err != nil {
+		return st, nil, err
+	}
+	switch kind {
+	case "pipe", "aggregate", "disaggregate":
+	default:
+		return st, nil, fmt.Errorf("unknown kind %q (want \"pipe\", \"aggregate\" or \"disaggregate\")", kind)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%s: "+format, append([]any{kind}, args...)...)
+	}
+	if v, ok := r.Get("name"); ok {
+		if st.Name, ok = v.(string); !ok {
+			return st, nil, bad("name must be a str or None, got %s", pyRepr(v))
+		}
+	}
+	var op any
+	switch kind {
+	case "pipe":
+		st.Kind = pipeline.KindPipe
+		st.Concurrency = 1
+		if v, ok := r.Get("concurrency"); ok {
+			n, isInt := intArg(v)
+			switch {
+			case v == "auto":
+				st.AutoConcurrency = true
+			case !isInt || n < 1:
+				return st, nil, bad("concurrency must be an int >= 1 or 'auto', got %s", pyRepr(v))
+			default:
+				st.Concurrency = int(n)
+			}
+		}
+		if v, ok := r.Get("max_concurrency"); ok {
+			if !st.AutoConcurrency {
+				return st, nil, bad("max_concurrency only applies with concurrency='auto'")
+			}
+			n, isInt := intArg(v)
+			if !isInt || n < 1 {
+				return st, nil, bad("max_concurrency must be an int >= 1 or None, got %s", pyRepr(v))
+			}
+			st.MaxConcurrency = int(n)
+		}
+		if v, ok := r.Get("timeout_s"); ok {
+			s, isNum := numberArg(v)
+			if !isNum || s <= 0 || s*float64(time.Second) > math.MaxInt64 {
+				return st, nil, bad("timeout must be a number of seconds > 0 or None, got %s", pyRepr(v))
+			}
+			st.Timeout = time.Duration(s * float64(time.Second))
+		}
+		switch v, _ := r.Get("output_order"); v {
+		case nil, "completion":
+			st.Order = pipeline.OrderCompletion
+		case "input":
+			st.Order = pipeline.OrderInput
+		default:
+			return st, nil, bad("output_order must be 'completion' or 'input', got %s", pyRepr(v))
+		}
+		if st.MaxFailures, err = maxFailures(r); err != nil {
+			return st, nil, bad("%w", err)
+		}
+		op, _ = r.Get("op")
+	case "aggregate":
+		st.Kind = pipeline.KindAggregate
+		v, _ := r.Get("num_items")
+		n, isInt := intArg(v)
+		if !isInt || n < 1 {
+			return st, nil, bad("num_items must be an int >= 1, got %s", pyRepr(v))
+		}
+		st.Size = int(n)
+		if v, ok := r.Get("drop_last"); ok {
+			if st.DropLast, ok = v.(bool); !ok {
+				return st, nil, bad("drop_last must be True or False, got %s", pyRepr(v))
+			}
+		}
+	case "disaggregate":
+		st.Kind = pipeline.KindDisaggregate
+	}
+	if err := r.Done(); err != nil {
+		return st, nil, bad("%w", err)
+	}
+	return st, op, nil
+}
+
+// readSettings reads and checks the pipeline's settings into cfg; the
+// caller reports unknown options (r.Done). Errors are in the words of the
+// Python builder's add_sink and build.
+func readSettings(r *options.Reader, cfg *pipeline.Config) error {
+	cfg.BufferSize = 3
+	if v, ok := r.Get("buffer_size"); ok {
+		n, isInt := intArg(v)
+		if !isInt || n < 1 || n > math.MaxInt32 {
+			return fmt.Errorf("add_sink: buffer_size must be an int >= 1, got %s", pyRepr(v))
+		}
+		cfg.BufferSize = int(n)
+	}
+	// Unset (None), each means the engine's default.
+	for _, s := range []struct {
+		name string
+		dst  *int
+	}{{"num_threads", &cfg.NumThreads}, {"cpu_budget", &cfg.CPUBudget}, {"queue_size", &cfg.QueueSize}} {
+		v, ok := r.Get(s.name)
+		if !ok {
+			continue
+		}
+		n, isInt := intArg(v)
+		if !isInt || n < 1 || n > math.MaxInt32 {
+			return fmt.Errorf("build: %s must be an int >= 1 or None, got %s", s.name, pyRepr(v))
+		}
+		*s.dst = int(n)
+	}
+	var err error
+	if cfg.MaxFailures, err = maxFailures(r); err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	return nil
+}
+
+// maxFailures reads max_failures: -1 (no limit, the default) or a count.
+func maxFailures(r *options.Reader) (int, error) {
+	v, ok := r.Get("max_failures")
+	if !ok {
+		return -1, nil
+	}
+	n, isInt := intArg(v)
+	if !isInt || n < -1 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("max_failures must be an int >= -1, got %s", pyRepr(v))
+	}
+	return int(n), nil
+}
+
+// intArg reads an integer as JSON writes a Python int (not 2.0, not True).
+func intArg(v any) (int64, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		n, err := strconv.ParseInt(string(x), 10, 64)
+		return n, err == nil
+	case int64:
+		return x, true
+	case int:
+		return int64(x), true
+	}
+	return 0, false
+}
+
+// numberArg reads a finite number (not True).
+func numberArg(v any) (float64, bool) {
+	if _, ok := v.(bool); ok {
+		return 0, false
+	}
+	return options.AsFloat(v)
+}
+
+// pyRepr shows a value as Python's repr would: None, True, 'a str'.
+func pyRepr(v any) string {
+	if s, ok := v.(string); ok && len(s) <= 80 && !strings.Contains(s, "'") && strconv.Quote(s) == `"`+s+`"` {
+		return "'" + s + "'"
+	}
+	return value.Describe(v)
+}
+
+func buildOp(v any) (pipeline.Op, error) {
+	if v == nil {
 		return nil, fmt.Errorf("pipe stage has no op")
 	}
-	switch s.Kind {
+	m, ok := options.AsMap(v)
+	if !ok {
+		return nil, fmt.Errorf("op must be a dict, not %s", value.Describe(v))
+	}
+	r := options.New(m)
+	kind, err := r.String("kind", "")
+	if err != nil {
+		return nil, fmt.Errorf("op: %w", err)
+	}
+	switch kind {
 	case "native":
-		return ops.New(s.Name, s.Options)
+		name, err := r.String("name", "")
+		if err != nil {
+			return nil, fmt.Errorf("op: %w", err)
+		}
+		var opts map[string]any
+		if v, ok := r.Get("options"); ok {
+			if opts, ok = options.AsMap(v); !ok {
+				return nil, fmt.Errorf("op %s: options must be a dict, not %s", name, value.Describe(v))
+			}
+		}
+		if err := r.Done(); err != nil {
+			return nil, fmt.Errorf("op %s: %w", name, err)
+		}
+		return ops.New(name, opts)
 	case "python":
-		return &pyOp{id: s.ID}, nil
+		id, err := r.Uint64("id", 0)
+		if err != nil {
+			return nil, fmt.Errorf("op: %w", err)
+		}
+		if err := r.Done(); err != nil {
+			return nil, fmt.Errorf("python op: %w", err)
+		}
+		return &pyOp{id: id}, nil
 	default:
-		return nil, fmt.Errorf("unknown op kind %q (want \"native\" or \"python\")", s.Kind)
+		return nil, fmt.Errorf("unknown op kind %q (want \"native\" or \"python\")", kind)
 	}
 }
 
-// decodeJSON decodes raw into v, keeping numbers in untyped fields (source
-// and op options) as json.Number, so integers stay exact.
+// decodeJSON decodes raw into v, keeping numbers in untyped fields as
+// json.Number, so integers stay exact.
 func decodeJSON(raw []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()

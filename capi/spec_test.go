@@ -25,7 +25,7 @@ import (
 )
 
 // The specs below are shaped as python/spdl_go builds them (sources.py,
-// ops.py, pipeline.py's build).
+// ops.py, builder.py).
 
 const sampling = `"sampling": {"shuffle": true, "seed": 18446744073709551615, "drop_last": false, "rank": 0, "world_size": 1, "epoch": 0}`
 
@@ -190,7 +190,7 @@ func TestEveryRegisteredOpBuildsFromItsSpec(t *testing.T) {
 				t.Fatalf("op %q has no spec in this test; add what ops.py sends", name)
 			}
 			spec := `{"source": {"kind": "range", "start": 0, "stop": 1, "step": 1}, "stages": [{"kind": "pipe", "name": "s",
-				"concurrency": 2, "output_order": "input", "auto": false, "max_concurrency": 0, "timeout_s": 0, "max_failures": null,
+				"concurrency": 2, "output_order": "input", "max_concurrency": null, "timeout_s": null, "max_failures": -1,
 				"op": {"kind": "native", "name": "` + name + `", "options": ` + opts + `}}]}`
 			_, err := buildConfig([]byte(spec))
 			if name == "to_device" && err != nil && strings.Contains(strings.ToLower(err.Error()), "cuda") {
@@ -233,9 +233,20 @@ func TestBadSpecsSayWhatIsWrong(t *testing.T) {
 		{"python id", `{"source": {"kind": "python", "id": "x"}}`, `python source: option "id" must be an int in [0, 2**64), not "x"`},
 		{"stage kind", pipe(`{"kind": "handoff"}`), `stage 0: unknown kind "handoff" (want "pipe", "aggregate" or "disaggregate")`},
 		{"stage order", pipe(`{"kind": "pipe", "name": "dec", "output_order": "random", "op": {"kind": "native", "name": "identity"}}`),
-			`stage 0 (dec): output_order "random": want "completion" or "input"`},
-		{"stage timeout", pipe(`{"kind": "aggregate", "size": 2}, {"kind": "pipe", "name": "slow", "timeout_s": -1, "op": {"kind": "python", "id": 1}}`),
-			"stage 1 (slow): timeout -1: want a finite number of seconds >= 0"},
+			`stage 0 (dec): pipe: output_order must be 'completion' or 'input', got 'random'`},
+		{"stage timeout", pipe(`{"kind": "aggregate", "num_items": 2}, {"kind": "pipe", "name": "slow", "timeout_s": -1, "op": {"kind": "python", "id": 1}}`),
+			"stage 1 (slow): pipe: timeout must be a number of seconds > 0 or None, got -1"},
+		{"stage concurrency", pipe(`{"kind": "pipe", "name": "p", "concurrency": 0, "op": {"kind": "python", "id": 1}}`),
+			"stage 0 (p): pipe: concurrency must be an int >= 1 or 'auto', got 0"},
+		{"stage num_items", pipe(`{"kind": "aggregate", "num_items": 0}`), "stage 0: aggregate: num_items must be an int >= 1, got 0"},
+		{"stage option", pipe(`{"kind": "disaggregate", "name": "d", "num_items": 2}`), `stage 0 (d): disaggregate: unknown option "num_items"; known options: kind, name`},
+		{"stage not a dict", pipe(`3`), "stage 0: must be a dict, not 3"},
+		{"stages not a list", `{"source": ` + rangeSrc + `, "stages": 3}`, "pipeline spec: stages must be a list, not 3"},
+		{"buffer_size", `{"source": ` + rangeSrc + `, "buffer_size": 0}`, "add_sink: buffer_size must be an int >= 1, got 0"},
+		{"num_threads", `{"source": ` + rangeSrc + `, "num_threads": "4"}`, "build: num_threads must be an int >= 1 or None, got '4'"},
+		{"pipeline max_failures", `{"source": ` + rangeSrc + `, "max_failures": -2}`, "build: max_failures must be an int >= -1, got -2"},
+		{"unknown setting", `{"source": ` + rangeSrc + `, "buffer": 3}`,
+			`pipeline spec: unknown option "buffer"; known options: buffer_size, cpu_budget, max_failures, num_threads, queue_size, source, stages`},
 		{"missing op", pipe(`{"kind": "pipe", "name": "p"}`), "stage 0 (p): pipe stage has no op"},
 		{"op kind", pipe(`{"kind": "pipe", "name": "p", "op": {"kind": "lua"}}`), `stage 0 (p): unknown op kind "lua" (want "native" or "python")`},
 		{"unknown op", pipe(`{"kind": "pipe", "name": "p", "op": {"kind": "native", "name": "blur"}}`), `stage 0 (p): ops: unknown op "blur"; known ops: ` + strings.Join(ops.Names(), ", ")},
@@ -252,5 +263,85 @@ func TestBadSpecsSayWhatIsWrong(t *testing.T) {
 				t.Errorf("error\n got %q\nwant %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The early check (spdl_spec_check) reads each part with the functions
+// the build uses, so both refuse the same arguments with the same words.
+func TestSpecCheckNamesTheArgument(t *testing.T) {
+	tests := []struct{ name, part, spec, want string }{
+		{"pipe", "stage", `{"kind": "pipe", "name": "p", "concurrency": 4, "max_concurrency": null, "timeout_s": 1.5,
+			"output_order": "input", "max_failures": 3, "op": {"kind": "python", "id": null}}`, ""},
+		{"auto", "stage", `{"kind": "pipe", "concurrency": "auto", "max_concurrency": 3}`, ""},
+		{"aggregate", "stage", `{"kind": "aggregate", "num_items": 2, "drop_last": true}`, ""},
+		{"disaggregate", "stage", `{"kind": "disaggregate"}`, ""},
+		{"concurrency 0", "stage", `{"kind": "pipe", "concurrency": 0}`, "pipe: concurrency must be an int >= 1 or 'auto', got 0"},
+		{"concurrency str", "stage", `{"kind": "pipe", "concurrency": "fast"}`, "pipe: concurrency must be an int >= 1 or 'auto', got 'fast'"},
+		{"concurrency float", "stage", `{"kind": "pipe", "concurrency": 2.0}`, "pipe: concurrency must be an int >= 1 or 'auto', got 2.0"},
+		{"concurrency bool", "stage", `{"kind": "pipe", "concurrency": true}`, "pipe: concurrency must be an int >= 1 or 'auto', got True"},
+		{"max_concurrency without auto", "stage", `{"kind": "pipe", "concurrency": 2, "max_concurrency": 4}`,
+			"pipe: max_concurrency only applies with concurrency='auto'"},
+		{"max_concurrency 0", "stage", `{"kind": "pipe", "concurrency": "auto", "max_concurrency": 0}`,
+			"pipe: max_concurrency must be an int >= 1 or None, got 0"},
+		{"output_order", "stage", `{"kind": "pipe", "output_order": "random"}`, "pipe: output_order must be 'completion' or 'input', got 'random'"},
+		{"max_failures", "stage", `{"kind": "pipe", "max_failures": -2}`, "pipe: max_failures must be an int >= -1, got -2"},
+		{"timeout 0", "stage", `{"kind": "pipe", "timeout_s": 0}`, "pipe: timeout must be a number of seconds > 0 or None, got 0"},
+		{"timeout str", "stage", `{"kind": "pipe", "timeout_s": "1s"}`, "pipe: timeout must be a number of seconds > 0 or None, got '1s'"},
+		{"timeout huge", "stage", `{"kind": "pipe", "timeout_s": 1e300}`, "pipe: timeout must be a number of seconds > 0 or None, got 1e300"},
+		{"name", "stage", `{"kind": "pipe", "name": 5}`, "pipe: name must be a str or None, got 5"},
+		{"num_items 0", "stage", `{"kind": "aggregate", "num_items": 0}`, "aggregate: num_items must be an int >= 1, got 0"},
+		{"num_items missing", "stage", `{"kind": "aggregate"}`, "aggregate: num_items must be an int >= 1, got None"},
+		{"drop_last", "stage", `{"kind": "aggregate", "num_items": 2, "drop_last": 1}`, "aggregate: drop_last must be True or False, got 1"},
+		{"stage kind", "stage", `{"kind": "handoff"}`, `unknown kind "handoff" (want "pipe", "aggregate" or "disaggregate")`},
+		{"settings", "pipeline", `{"buffer_size": 2, "max_failures": -1, "num_threads": null, "cpu_budget": 4, "queue_size": 1}`, ""},
+		{"buffer_size", "pipeline", `{"buffer_size": 0}`, "add_sink: buffer_size must be an int >= 1, got 0"},
+		{"num_threads", "pipeline", `{"num_threads": 0}`, "build: num_threads must be an int >= 1 or None, got 0"},
+		{"cpu_budget", "pipeline", `{"cpu_budget": 0}`, "build: cpu_budget must be an int >= 1 or None, got 0"},
+		{"queue_size", "pipeline", `{"queue_size": -1}`, "build: queue_size must be an int >= 1 or None, got -1"},
+		{"build max_failures", "pipeline", `{"max_failures": "all"}`, "build: max_failures must be an int >= -1, got 'all'"},
+		{"unknown setting", "pipeline", `{"threads": 2}`,
+			`pipeline spec: unknown option "threads"; known options: buffer_size, cpu_budget, max_failures, num_threads, queue_size`},
+		{"sampling", "sampling", `{"shuffle": true, "seed": 18446744073709551615, "drop_last": false, "rank": 1, "world_size": 2, "epoch": 3}`, ""},
+		{"rank", "sampling", `{"rank": 2, "world_size": 2}`, "sampling: rank must be in [0, world_size) with world_size >= 1, got rank=2, world_size=2"},
+		{"shuffle", "sampling", `{"shuffle": 1}`, `option "sampling.shuffle" must be True or False, not 1`},
+		{"unknown sampling option", "sampling", `{"sede": 1}`,
+			`unknown option "sede" in sampling; known options: drop_last, epoch, rank, seed, shuffle, world_size`},
+		{"not an object", "stage", `[1]`, "stage spec is not a valid JSON object: json: cannot unmarshal array into Go value of type map[string]interface {}"},
+		{"unknown part", "source", `{}`, `spec check: unknown part "source" (want "stage", "pipeline" or "sampling")`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkSpec(tc.part, []byte(tc.spec))
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tc.want {
+				t.Fatalf("error\n got %q\nwant %q", got, tc.want)
+			}
+			// The build refuses the same stage, after the stage's place.
+			if tc.part == "stage" && tc.want != "" && strings.HasPrefix(tc.spec, `{"kind": "`) && !strings.HasPrefix(tc.want, "unknown kind") {
+				spec := `{"source": {"kind": "range", "stop": 1}, "stages": [` + tc.spec + `]}`
+				if _, err := buildConfig([]byte(spec)); err == nil || !strings.HasSuffix(err.Error(), ": "+tc.want) {
+					t.Errorf("build: %v; want the same error as the check", err)
+				}
+			}
+		})
+	}
+}
+
+// An auto stage starts at one thread, as before the spec named it "auto".
+func TestAutoStageSpec(t *testing.T) {
+	cfg, err := buildConfig([]byte(`{"source": {"kind": "range", "stop": 1}, "stages": [{"kind": "pipe", "concurrency": "auto",
+		"max_concurrency": 3, "timeout_s": 0.25, "op": {"kind": "python", "id": 1}}], "num_threads": null, "cpu_budget": 4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := cfg.Stages[0]
+	if !st.AutoConcurrency || st.Concurrency != 1 || st.MaxConcurrency != 3 || st.Timeout != 250*time.Millisecond {
+		t.Errorf("stage %+v", st)
+	}
+	if cfg.BufferSize != 3 || cfg.MaxFailures != -1 || cfg.NumThreads != 0 || cfg.CPUBudget != 4 || cfg.QueueSize != 0 {
+		t.Errorf("settings %+v", cfg)
 	}
 }

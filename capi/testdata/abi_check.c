@@ -176,6 +176,14 @@ int main(int argc, char **argv) {
   static const char req[] = "{\"op\": \"no such op\"}";
   EXPECT_ERROR("spdl_sampler_call(unknown op)", spdl_sampler_call(req, sizeof req - 1, &out, &err));
 
+  static const char stage[] = "{\"kind\": \"pipe\", \"concurrency\": \"auto\", \"max_concurrency\": 4}";
+  CHECK(spdl_spec_check("stage", stage, sizeof stage - 1, &err) == SPDL_OK, "spdl_spec_check(stage) %s",
+        err ? err : "");
+  spdl_free(err);
+  err = NULL;
+  static const char settings[] = "{\"buffer_size\": 0}";
+  EXPECT_ERROR("spdl_spec_check(buffer_size 0)", spdl_spec_check("pipeline", settings, sizeof settings - 1, &err));
+
   rc = spdl_cuda_status(NULL, &out, &err);
   expect_json("spdl_cuda_status", rc, out, err, "\"available\"");
   out = err = NULL;

@@ -84,6 +84,7 @@ _SIGNATURES: dict[str, tuple[list, object]] = {
     "spdl_ops": ([POINTER(c_void_p), _ERR], c_int),
     "spdl_probe": ([c_char_p, c_void_p, c_size_t, POINTER(c_void_p), _ERR], c_int),
     "spdl_sampler_call": ([c_char_p, c_size_t, POINTER(c_void_p), _ERR], c_int),
+    "spdl_spec_check": ([c_char_p, c_char_p, c_size_t, _ERR], c_int),
     "spdl_cuda_status": ([c_char_p, POINTER(c_void_p), _ERR], c_int),
     "spdl_pipeline_new": ([c_char_p, c_size_t, POINTER(c_uint64), _ERR], c_int),
     "spdl_pipeline_start": ([c_uint64, _ERR], c_int),

@@ -2,8 +2,11 @@
 
 ``PipelineBuilder`` appends one frozen config per call (``SourceConfig``,
 ``PipeConfig``, ``AggregateConfig``, ``DisaggregateConfig``, ``SinkConfig``,
-``BuildConfig``); each config checks its arguments when it is constructed
-and has one ``to_spec()`` that returns the JSON the engine takes. ``build()``
+``BuildConfig``); each config has one ``to_spec()`` that returns the JSON
+the engine takes. The engine checks the values (``spdl_spec_check``, with
+the code that reads them for the build) when a config is constructed, so
+a bad argument fails at the call that gives it; Python checks only what
+Go cannot see (callables, iterables, the reporter's interval). ``build()``
 gathers them in a ``PipelineConfig``, registers the Python callables with
 the callback registry, and hands the spec to ``Pipeline``.
 
@@ -23,11 +26,13 @@ Example:
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from . import _callbacks
+from . import _callbacks, _lib
 from .ops import NativeOp
 from .pipeline import Pipeline
 from .sources import NativeSource
@@ -48,8 +53,21 @@ __all__ = [
 OutputOrder = Literal["completion", "input"]
 
 
-def _is_int(v: object, minimum: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+def _arg(v: object) -> object:
+    """An argument as the user gave it, for the spec: JSON's scalars pass
+    as they are, anything else as its repr (Go names it when it refuses)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float) and math.isfinite(v):
+        return v
+    return repr(v)
+
+
+def _check(part: str, spec: dict[str, Any]) -> None:
+    """Asks Go to check a part of the spec ("stage", "pipeline"); raises
+    ValueError with its message."""
+    raw = json.dumps(spec).encode()
+    _lib.call(_lib.LIB.spdl_spec_check, part.encode(), raw, len(raw), error=ValueError)
 
 
 # ---- the configs -------------------------------------------------------------
@@ -90,24 +108,10 @@ class PipeConfig:
         op = self.op
         if not isinstance(op, NativeOp) and not callable(op):
             raise TypeError(f"pipe: op must be callable or a spdl_go.ops op, got {type(op).__name__}")
-        auto = self.concurrency == "auto"
-        if not auto and not _is_int(self.concurrency, 1):
-            raise ValueError(f"pipe: concurrency must be an int >= 1 or 'auto', got {self.concurrency!r}")
-        if self.max_concurrency is not None:
-            if not auto:
-                raise ValueError("pipe: max_concurrency only applies with concurrency='auto'")
-            if not _is_int(self.max_concurrency, 1):
-                raise ValueError(f"pipe: max_concurrency must be an int >= 1 or None, got {self.max_concurrency!r}")
-        if self.output_order not in ("completion", "input"):
-            raise ValueError(f"pipe: output_order must be 'completion' or 'input', got {self.output_order!r}")
-        if not isinstance(self.max_failures, int) or self.max_failures < -1:
-            raise ValueError(f"pipe: max_failures must be an int >= -1, got {self.max_failures!r}")
-        t = self.timeout
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf")):
-            raise ValueError(f"pipe: timeout must be a number of seconds > 0 or None, got {t!r}")
         if self.name is None:
             name = op.name if isinstance(op, NativeOp) else getattr(op, "__name__", type(op).__name__)
             object.__setattr__(self, "name", name)
+        _check("stage", self.to_spec())
 
     @property
     def native(self) -> bool:
@@ -116,20 +120,18 @@ class PipeConfig:
 
     def to_spec(self, op_id: int | None = None) -> dict[str, Any]:
         """The stage's spec; a Python op names its registry id."""
-        auto = self.concurrency == "auto"
         if isinstance(self.op, NativeOp):
             op = self.op.spec()
         else:
             op = {"kind": "python", "id": op_id}
         return {
             "kind": "pipe",
-            "name": self.name,
-            "concurrency": 1 if auto else self.concurrency,
-            "auto": auto,
-            "max_concurrency": self.max_concurrency or 0,
-            "timeout_s": float(self.timeout or 0),
-            "output_order": self.output_order,
-            "max_failures": self.max_failures,
+            "name": _arg(self.name),
+            "concurrency": _arg(self.concurrency),
+            "max_concurrency": _arg(self.max_concurrency),
+            "timeout_s": _arg(self.timeout),
+            "output_order": _arg(self.output_order),
+            "max_failures": _arg(self.max_failures),
             "op": op,
         }
 
@@ -143,11 +145,10 @@ class AggregateConfig:
     drop_last: bool = False
 
     def __post_init__(self) -> None:
-        if not _is_int(self.size, 1):
-            raise ValueError(f"aggregate: num_items must be an int >= 1, got {self.size!r}")
+        _check("stage", self.to_spec())
 
     def to_spec(self) -> dict[str, Any]:
-        return {"kind": "aggregate", "size": self.size, "drop_last": bool(self.drop_last)}
+        return {"kind": "aggregate", "num_items": _arg(self.size), "drop_last": bool(self.drop_last)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +170,10 @@ class SinkConfig:
     buffer_size: int = 3
 
     def __post_init__(self) -> None:
-        if not _is_int(self.buffer_size, 1):
-            raise ValueError(f"add_sink: buffer_size must be an int >= 1, got {self.buffer_size!r}")
+        _check("pipeline", self.to_spec())
 
     def to_spec(self) -> dict[str, Any]:
-        return {"buffer_size": self.buffer_size}
+        return {"buffer_size": _arg(self.buffer_size)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,23 +187,19 @@ class BuildConfig:
     cpu_budget: int | None = None
 
     def __post_init__(self) -> None:
-        if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
-            raise ValueError(f"build: num_threads must be an int >= 1 or None, got {self.num_threads!r}")
-        if self.cpu_budget is not None and not _is_int(self.cpu_budget, 1):
-            raise ValueError(f"build: cpu_budget must be an int >= 1 or None, got {self.cpu_budget!r}")
+        # report_interval is Python's own (the reporter thread); the rest is the engine's.
         if self.report_interval is not None and not self.report_interval > 0:
             raise ValueError(f"build: report_interval must be > 0 seconds or None, got {self.report_interval!r}")
+        _check("pipeline", self.to_spec())
 
     def to_spec(self) -> dict[str, Any]:
         """The engine's settings; ``report_interval`` is Python's own."""
-        spec: dict[str, Any] = {
-            "max_failures": self.max_failures,
-            "num_threads": self.num_threads or 0,
-            "cpu_budget": self.cpu_budget or 0,
+        return {
+            "max_failures": _arg(self.max_failures),
+            "num_threads": _arg(self.num_threads),
+            "cpu_budget": _arg(self.cpu_budget),
+            "queue_size": _arg(self.queue_size),
         }
-        if self.queue_size is not None:
-            spec["queue_size"] = self.queue_size
-        return spec
 
 
 @dataclass(frozen=True, slots=True)

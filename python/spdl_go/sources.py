@@ -196,7 +196,15 @@ def _sampling(
         "world_size": world_size,
         "epoch": epoch,
     }
-    _sampler_call({"op": "sampling", "sampling": group}, who)
+    import json
+
+    from . import _lib
+
+    raw = json.dumps(group).encode()
+    try:
+        _lib.call(_lib.LIB.spdl_spec_check, b"sampling", raw, len(raw), error=ValueError)
+    except ValueError as e:
+        raise ValueError(f"{who}: {e}") from None
     return group
 
 

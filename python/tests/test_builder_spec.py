@@ -56,14 +56,11 @@ def capture(monkeypatch):
         builder_mod._callbacks.unregister(p.source_ids, p.function_ids)
 
 
-def _pipe(
-    name, op, *, concurrency=1, auto=False, max_concurrency=0, timeout_s=0.0, order="completion", max_failures=-1
-):
+def _pipe(name, op, *, concurrency=1, max_concurrency=None, timeout_s=None, order="completion", max_failures=-1):
     return {
         "kind": "pipe",
         "name": name,
         "concurrency": concurrency,
-        "auto": auto,
         "max_concurrency": max_concurrency,
         "timeout_s": timeout_s,
         "output_order": order,
@@ -104,12 +101,13 @@ def test_python_source_and_stage(capture):
         {
             "stages": [
                 _pipe("<lambda>", {"kind": "python", "id": fn}, concurrency=4, order="input"),
-                {"kind": "aggregate", "size": 4, "drop_last": False},
+                {"kind": "aggregate", "num_items": 4, "drop_last": False},
             ],
             "buffer_size": 2,
             "max_failures": -1,
             "num_threads": 4,
-            "cpu_budget": 0,
+            "cpu_budget": None,
+            "queue_size": None,
             "source": {"kind": "python", "id": src},
         },
     )
@@ -134,14 +132,14 @@ def test_every_option(capture):
         {
             "stages": [
                 _pipe("a", {"kind": "python", "id": a}, timeout_s=1.5, max_failures=3),
-                _pipe("Callable", {"kind": "python", "id": c}, auto=True, max_concurrency=3),
-                {"kind": "aggregate", "size": 2, "drop_last": True},
+                _pipe("Callable", {"kind": "python", "id": c}, concurrency="auto", max_concurrency=3),
+                {"kind": "aggregate", "num_items": 2, "drop_last": True},
                 {"kind": "disaggregate"},
                 _pipe("to_tensor", {"kind": "native", "name": "to_tensor", "options": {"dtype": "int64"}}),
             ],
             "buffer_size": 3,
             "max_failures": 2,
-            "num_threads": 0,
+            "num_threads": None,
             "cpu_budget": 4,
             "queue_size": 7,
             "source": {"kind": "python", "id": src},
@@ -169,7 +167,7 @@ def test_native_source_and_ops(capture):
         {
             "stages": [
                 _pipe("identity", {"kind": "native", "name": "identity", "options": {}}, concurrency=2),
-                {"kind": "aggregate", "size": 3, "drop_last": False},
+                {"kind": "aggregate", "num_items": 3, "drop_last": False},
                 _pipe(
                     "collate",
                     {"kind": "native", "name": "collate", "options": {"pad": True, "pad_value": 0, "numbers": "arrow"}},
@@ -177,8 +175,9 @@ def test_native_source_and_ops(capture):
             ],
             "buffer_size": 5,
             "max_failures": -1,
-            "num_threads": 0,
-            "cpu_budget": 0,
+            "num_threads": None,
+            "cpu_budget": None,
+            "queue_size": None,
             "source": {"kind": "range", "start": 0, "stop": 10, "step": 1},
         },
     )
@@ -203,18 +202,18 @@ def test_lists_split_before_a_native_consumer(capture):
         p.data,
         {
             "stages": [
-                {"kind": "aggregate", "size": 2, "drop_last": False},
-                {"kind": "aggregate", "size": 2, "drop_last": False},
+                {"kind": "aggregate", "num_items": 2, "drop_last": False},
+                {"kind": "aggregate", "num_items": 2, "drop_last": False},
                 {"kind": "disaggregate"},
-                _pipe("f", {"kind": "python", "id": fn}, timeout_s=2.0),
+                _pipe("f", {"kind": "python", "id": fn}, timeout_s=2),
                 {"kind": "disaggregate"},
                 {"kind": "disaggregate"},
                 _pipe("identity", {"kind": "native", "name": "identity", "options": {}}),
             ],
             "buffer_size": 3,
             "max_failures": -1,
-            "num_threads": 0,
-            "cpu_budget": 0,
+            "num_threads": None,
+            "cpu_budget": None,
             "queue_size": 1,
             "source": {"kind": "python", "id": src},
         },
@@ -232,8 +231,9 @@ def test_source_only(capture):
             "stages": [],
             "buffer_size": 3,
             "max_failures": -1,
-            "num_threads": 0,
-            "cpu_budget": 0,
+            "num_threads": None,
+            "cpu_budget": None,
+            "queue_size": None,
             "source": {"kind": "python", "id": src},
         },
     )
@@ -252,13 +252,14 @@ def test_config_to_spec_without_a_builder():
         {
             "stages": [
                 _pipe("f", {"kind": "python", "id": 7}, concurrency=2),
-                {"kind": "aggregate", "size": 2, "drop_last": False},
+                {"kind": "aggregate", "num_items": 2, "drop_last": False},
                 {"kind": "disaggregate"},
             ],
             "buffer_size": 4,
             "max_failures": -1,
             "num_threads": 2,
-            "cpu_budget": 0,
+            "cpu_budget": None,
+            "queue_size": None,
             "source": {"kind": "range", "start": 0, "stop": 3, "step": 1},
         },
     )
@@ -278,3 +279,30 @@ def test_bad_build_settings_register_nothing():
     with pytest.raises(ValueError, match="report_interval"):
         PipelineBuilder().add_source(range(3)).pipe(f).build(report_interval=0)
     assert (len(builder_mod._callbacks.sources), len(builder_mod._callbacks.stages)) == before
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda: PipeConfig(f, concurrency=0), "pipe: concurrency must be an int >= 1 or 'auto', got 0"),
+        (lambda: PipeConfig(f, concurrency=2.0), "pipe: concurrency must be an int >= 1 or 'auto', got 2.0"),
+        (lambda: PipeConfig(f, concurrency=True), "pipe: concurrency must be an int >= 1 or 'auto', got True"),
+        (lambda: PipeConfig(f, max_concurrency=2), "pipe: max_concurrency only applies with concurrency='auto'"),
+        (
+            lambda: PipeConfig(f, timeout=float("inf")),
+            "pipe: timeout must be a number of seconds > 0 or None, got 'inf'",
+        ),
+        (lambda: PipeConfig(f, max_failures=-2), "pipe: max_failures must be an int >= -1, got -2"),
+        (lambda: AggregateConfig(0), "aggregate: num_items must be an int >= 1, got 0"),
+        (lambda: SinkConfig(0), "add_sink: buffer_size must be an int >= 1, got 0"),
+        (lambda: BuildConfig(num_threads=0), "build: num_threads must be an int >= 1 or None, got 0"),
+        (lambda: BuildConfig(queue_size=0), "build: queue_size must be an int >= 1 or None, got 0"),
+        (lambda: BuildConfig(max_failures="all"), "build: max_failures must be an int >= -1, got 'all'"),
+    ],
+)
+def test_configs_raise_the_engines_message(make, message):
+    # The engine checks the values (spdl_spec_check) with the code the
+    # build uses; Python re-raises its message when the config is made.
+    with pytest.raises(ValueError) as e:
+        make()
+    assert str(e.value) == message
