@@ -65,7 +65,7 @@ func testData(t *testing.T) string {
 	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
 	defer b.Release()
 	b.Field(0).(*array.Int64Builder).AppendValues([]int64{1, 2, 3, 4}, nil)
-	rec := b.NewRecord()
+	rec := b.NewRecordBatch()
 	defer rec.Release()
 	f, err := os.Create(filepath.Join(root, "part.arrow"))
 	if err != nil {
