@@ -114,3 +114,52 @@ func BenchmarkStartup(b *testing.B) {
 		p.Stop()
 	}
 }
+
+// BenchmarkSinkEncode is BenchmarkPipeStage's source_only and noop_c1 with
+// a Config.SinkEncode that returns its item: the hook's own cost per item
+// (two clock reads and a call) on the goroutine that feeds the sink.
+func BenchmarkSinkEncode(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		stages []pipeline.StageConfig
+	}{
+		{"source_only", nil},
+		{"noop_c1", []pipeline.StageConfig{{Op: noop, Concurrency: 1}}},
+	} {
+		for _, hook := range []bool{false, true} {
+			name := bc.name
+			var encode func(any) (any, error)
+			if hook {
+				name += "_hook"
+				encode = func(v any) (any, error) { return v, nil }
+			}
+			b.Run(name, func(b *testing.B) {
+				p, err := pipeline.New(pipeline.Config{
+					Source:      repeatSource{n: b.N, v: any(int64(1 << 20))},
+					Stages:      bc.stages,
+					BufferSize:  8,
+					MaxFailures: -1,
+					SinkEncode:  encode,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Stop()
+				if err := p.Start(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				ctx := context.Background()
+				for {
+					if _, err := p.Next(ctx, -1); err != nil {
+						if !errors.Is(err, pipeline.ErrEndOfData) {
+							b.Fatal(err)
+						}
+						break
+					}
+				}
+			})
+		}
+	}
+}

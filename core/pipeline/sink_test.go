@@ -272,7 +272,7 @@ func TestSinkEncodeBeforeNext(t *testing.T) {
 // with the hook's time in the last one's busy time but not its latencies,
 // and no span or thread for the hook.
 func TestSinkEncodeNotAStage(t *testing.T) {
-	const n, nap = 20, 2 * time.Millisecond
+	const n, nap = 20, 10 * time.Millisecond
 	p := mustNew(t, pipeline.Config{
 		Source:     pipeline.Range(0, n, 1),
 		Stages:     []pipeline.StageConfig{{Name: "sink", Op: pipeline.OpFunc(identity), Concurrency: 2}},
