@@ -13,9 +13,9 @@ Example:
 from . import media, ops, sources
 from ._buffers import ArrowArray, Tensor
 from ._lib import LIB as _LIB
+from .builder import PipelineBuilder
 from .checkpoint import ResumableSource
 from .loader import DataLoader
-from .builder import PipelineBuilder
 from .pipeline import Pipeline, PipelineError
 from .stats import Bottleneck, PipelineStats, StageStats
 

@@ -162,7 +162,9 @@ def _encode(out: bytearray, obj: Any, depth: int, plain: bool = False) -> None:
             out += kb
             _encode(out, v, depth + 1, plain)
     elif plain:
-        raise TypeError(f"a {t.__name__} is not a plain value (use paths, bytes, numbers, strings and containers of them)")
+        raise TypeError(
+            f"a {t.__name__} is not a plain value (use paths, bytes, numbers, strings and containers of them)"
+        )
     elif t is Tensor:
         out += b"D"
         out += _U64.pack(obj._new_ref())

@@ -172,6 +172,7 @@ def take_string(ptr: int | None) -> str:
 # return SPDL_OK or an error code. These two helpers are that pattern,
 # written once: the strings the library hands out are copied and freed here.
 
+
 def call(fn: Callable[..., int], *args: Any, error: type[Exception] = RuntimeError) -> None:
     """Calls ``fn(*args, &err)``; raises ``error`` with the library's message
     (the error string is freed) if it does not return ``SPDL_OK``."""

@@ -30,6 +30,7 @@ from .sources import NativeSource
 
 __all__ = ["ResumableSource"]
 
+
 class ResumableSource:
     """Tracks how much of each epoch of a source the training loop has
     consumed, for ``state_dict`` / ``load_state_dict``.
@@ -141,7 +142,9 @@ class ResumableSource:
         if self._finished:
             rank_state = None  # the epoch is done on this rank
         else:
-            rank_state = _sampler_call({"op": "state", "config": self._cfg, "progress": self._progress, "consumed": self._consumed})
+            rank_state = _sampler_call(
+                {"op": "state", "config": self._cfg, "progress": self._progress, "consumed": self._consumed}
+            )
         return {
             "version": 1,
             "dataset": dict(self._dataset),
@@ -161,7 +164,12 @@ class ResumableSource:
                 raise ValueError("merge_states: the states come from different datasets, epochs or versions")
         if first.get("stream"):
             if all(s["finished"] for s in states):
-                return {"version": 1, "stream": True, "dataset": first["dataset"], "progress": {"epoch": first["epoch"] + 1, "consumed": {}}}
+                return {
+                    "version": 1,
+                    "stream": True,
+                    "dataset": first["dataset"],
+                    "progress": {"epoch": first["epoch"] + 1, "consumed": {}},
+                }
             merged: dict[str, list[list[int]]] = {}
             sizes: dict[str, int] = {}
             conflicts: set[str] = set()
@@ -178,7 +186,9 @@ class ResumableSource:
         if all(s["finished"] for s in states):
             progress = {"epoch": first["epoch"] + 1, "prefix": 0}
         else:
-            progress = _sampler_call({"op": "merge", "n": first["dataset"]["n"], "states": [_rank_state(s) for s in states]})
+            progress = _sampler_call(
+                {"op": "merge", "n": first["dataset"]["n"], "states": [_rank_state(s) for s in states]}
+            )
         return {"version": 1, "dataset": first["dataset"], "progress": progress}
 
     def state_dict(self) -> dict[str, Any]:
@@ -208,7 +218,9 @@ class ResumableSource:
         ``source``; its next epoch finishes the saved one with the samples
         not yet consumed, shared over this job's ranks."""
         if not isinstance(state, dict) or state.get("version") != 1 or "progress" not in state:
-            raise ValueError("load_state_dict: not a spdl_go.DataLoader or ResumableSource state (want the dict state_dict() returned)")
+            raise ValueError(
+                "load_state_dict: not a spdl_go.DataLoader or ResumableSource state (want the dict state_dict() returned)"
+            )
         if bool(state.get("stream")) != self._stream:
             raise ValueError("load_state_dict: the state is for another kind of source (streaming vs sampled)")
         mine = self._dataset
@@ -254,15 +266,19 @@ def _ranges_by_unit(ids: list[int]) -> dict[str, list[list[int]]]:
 def _default_index(batch: Any) -> Any:
     if isinstance(batch, dict):
         if "__index__" not in batch:
-            raise KeyError("ResumableSource.track: the batch has no '__index__'; make the source with with_index=True or pass index=")
+            raise KeyError(
+                "ResumableSource.track: the batch has no '__index__'; make the source with with_index=True or pass index="
+            )
         return batch["__index__"]
     if isinstance(batch, list) and batch and isinstance(batch[0], dict):
         # Samples aggregated without collate.
         try:
             return [s["__index__"] for s in batch]
         except KeyError:
-            raise KeyError("ResumableSource.track: a sample of the batch has no '__index__'; make the source with "
-                           "with_index=True or pass index=") from None
+            raise KeyError(
+                "ResumableSource.track: a sample of the batch has no '__index__'; make the source with "
+                "with_index=True or pass index="
+            ) from None
     if isinstance(batch, (tuple, list)) and batch:
         return batch[-1]
     raise TypeError(f"ResumableSource.track: cannot find the indices in a {type(batch).__name__}; pass index=")
@@ -287,5 +303,7 @@ def _sampler_call(req: dict[str, Any]) -> Any:
 
 def _rank_state(s: dict[str, Any]) -> dict[str, Any]:
     if s["finished"] or s["rank_state"] is None:
-        raise ValueError("merge_states: some ranks finished the epoch and others did not; save at the same step on every rank")
+        raise ValueError(
+            "merge_states: some ranks finished the epoch and others did not; save at the same step on every rank"
+        )
     return s["rank_state"]

@@ -63,7 +63,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=4)
-    ap.add_argument("--data", type=Path, default=Path(os.environ.get("SPDL_GO_DATA", Path(tempfile.gettempdir()) / "spdl-go-demo")))
+    ap.add_argument(
+        "--data", type=Path, default=Path(os.environ.get("SPDL_GO_DATA", Path(tempfile.gettempdir()) / "spdl-go-demo"))
+    )
     args = ap.parse_args()
 
     t0 = time.perf_counter()

@@ -1,8 +1,8 @@
 """JAX integration: batches as ``jax.Array``, zero-copy through DLPack.
 
-    >>> from spdl_go.jax import to_jax
-    >>> for batch in pipeline:
-    ...     images, labels = to_jax(batch)
+>>> from spdl_go.jax import to_jax
+>>> for batch in pipeline:
+...     images, labels = to_jax(batch)
 """
 
 from __future__ import annotations

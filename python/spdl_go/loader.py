@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from . import ops, sources
-from .checkpoint import ResumableSource
 from .builder import PipelineBuilder
+from .checkpoint import ResumableSource
 from .pipeline import Pipeline
 from .stats import PipelineStats
 
@@ -88,7 +88,9 @@ class DataLoader:
         if n < 1:
             raise ValueError("DataLoader: the dataset is empty")
         self.dataset, self.batch_size, self.drop_last, self.output = dataset, batch_size, drop_last, output
-        self._source = sources.sampler(n, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size)
+        self._source = sources.sampler(
+            n, shuffle=shuffle, seed=seed, drop_last=drop_last, rank=rank, world_size=world_size
+        )
         self._per_rank = _per_rank(n, self._source.sampler_config()["world_size"], drop_last)
         # Tracks the epoch's consumed samples for state_dict.
         self._ckpt = ResumableSource(self._source)
@@ -177,7 +179,7 @@ class DataLoader:
         """Stops the threads and frees the pipeline."""
         self.pipeline.close()
 
-    def __enter__(self) -> "DataLoader":
+    def __enter__(self) -> DataLoader:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -9,7 +9,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ListedSource", "NativeSource", "arange", "distributed_env", "files", "image_folder", "sampler", "table", "webdataset"]
+__all__ = [
+    "ListedSource",
+    "NativeSource",
+    "arange",
+    "distributed_env",
+    "files",
+    "image_folder",
+    "sampler",
+    "table",
+    "webdataset",
+]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 
@@ -60,8 +70,13 @@ class NativeSource:
         if self.resumes == "sampled":
             resume = {"resume": progress}
         elif self.resumes == "stream":
-            resume = {"stream_resume": {"epoch": progress["epoch"], "consumed": progress["consumed"],
-                                        "sizes": progress.get("sizes", {})}}
+            resume = {
+                "stream_resume": {
+                    "epoch": progress["epoch"],
+                    "consumed": progress["consumed"],
+                    "sizes": progress.get("sizes", {}),
+                }
+            }
         else:
             raise TypeError(f"{self.kind} source: not resumable")
         sampling = {**self.options["sampling"], "epoch": progress["epoch"]}
@@ -152,8 +167,10 @@ def sampler(
     """
     from . import _codec
 
-    options: dict[str, Any] = {"sampling": _sampling("sampler", shuffle, seed, drop_last, rank, world_size, epoch),
-                               "with_index": bool(with_index)}
+    options: dict[str, Any] = {
+        "sampling": _sampling("sampler", shuffle, seed, drop_last, rank, world_size, epoch),
+        "with_index": bool(with_index),
+    }
     if isinstance(data, int) and not isinstance(data, bool):
         if data < 1:
             raise ValueError(f"sampler: the dataset size must be >= 1, got {data}")
@@ -241,12 +258,24 @@ class ListedSource(NativeSource):
 
 
 def _listed(
-    who: str, listing: dict[str, Any], shuffle: bool, seed: int, drop_last: bool,
-    rank: int | None, world_size: int | None, epoch: int, with_index: bool,
+    who: str,
+    listing: dict[str, Any],
+    shuffle: bool,
+    seed: int,
+    drop_last: bool,
+    rank: int | None,
+    world_size: int | None,
+    epoch: int,
+    with_index: bool,
 ) -> ListedSource:
-    options = {"sampling": _sampling(who, shuffle, seed, drop_last, rank, world_size, epoch), "with_index": bool(with_index)}
+    options = {
+        "sampling": _sampling(who, shuffle, seed, drop_last, rank, world_size, epoch),
+        "with_index": bool(with_index),
+    }
     info = _sampler_call({"op": "list", "listing": listing})  # Go's errors name the path
-    return ListedSource("sampler", {**options, "n": info["n"], "listing": listing}, "sampled", tuple(info.get("classes") or ()))
+    return ListedSource(
+        "sampler", {**options, "n": info["n"], "listing": listing}, "sampled", tuple(info.get("classes") or ())
+    )
 
 
 def _exts(extensions: Sequence[str] | str | None) -> list[str]:
@@ -299,8 +328,13 @@ def files(
     """
     from ._storage import storage_options
 
-    listing = {"kind": "files", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": bool(recursive),
-               "storage": storage_options(timeout, retries, s3, "files")}
+    listing = {
+        "kind": "files",
+        "root": os.fspath(root),
+        "extensions": _exts(extensions),
+        "recursive": bool(recursive),
+        "storage": storage_options(timeout, retries, s3, "files"),
+    }
     return _listed("files", listing, shuffle, seed, drop_last, rank, world_size, epoch, with_index)
 
 
@@ -340,8 +374,13 @@ def image_folder(
     """
     from ._storage import storage_options
 
-    listing = {"kind": "image_folder", "root": os.fspath(root), "extensions": _exts(extensions), "recursive": True,
-               "storage": storage_options(timeout, retries, s3, "image_folder")}
+    listing = {
+        "kind": "image_folder",
+        "root": os.fspath(root),
+        "extensions": _exts(extensions),
+        "recursive": True,
+        "storage": storage_options(timeout, retries, s3, "image_folder"),
+    }
     return _listed("image_folder", listing, shuffle, seed, drop_last, rank, world_size, epoch, with_index)
 
 

@@ -61,7 +61,9 @@ class Nginx:
         load, lat = "", ""
         if latency_ms:
             if not os.path.exists(ECHO_MODULE):
-                raise RuntimeError(f"latency needs nginx's echo module ({ECHO_MODULE}: apt-get install libnginx-mod-http-echo)")
+                raise RuntimeError(
+                    f"latency needs nginx's echo module ({ECHO_MODULE}: apt-get install libnginx-mod-http-echo)"
+                )
             load = f"load_module {ECHO_MODULE};"
             lat = f"location ~ ^/lat/(.*)$ {{ echo_sleep {round(latency_ms / 1000, 3)!r}; echo_exec /$1; }}"
         conf = work / "nginx.conf"
@@ -84,7 +86,9 @@ http {{
   }}
 }}
 """)
-        self.proc = subprocess.Popen([binary, "-p", str(work), "-c", str(conf), "-g", "daemon off;"], start_new_session=True)
+        self.proc = subprocess.Popen(
+            [binary, "-p", str(work), "-c", str(conf), "-g", "daemon off;"], start_new_session=True
+        )
         _wait(self.port, self.proc, work / "error.log")
 
     def stop(self) -> None:
@@ -107,14 +111,34 @@ class S3Server:
         log = work / "versitygw.log"
         self._log = open(log, "w")
         self.proc = subprocess.Popen(
-            [binary, "--access", self.access_key, "--secret", self.secret_key, "--region", self.region, "--quiet",
-             "--port", f"127.0.0.1:{self.port}", "posix", "--nometa", str(root)],
-            stdout=self._log, stderr=self._log, start_new_session=True,
+            [
+                binary,
+                "--access",
+                self.access_key,
+                "--secret",
+                self.secret_key,
+                "--region",
+                self.region,
+                "--quiet",
+                "--port",
+                f"127.0.0.1:{self.port}",
+                "posix",
+                "--nometa",
+                str(root),
+            ],
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
         )
         _wait(self.port, self.proc, log)
 
     def settings(self) -> dict[str, str]:
-        return {"endpoint": self.endpoint, "region": self.region, "access_key": self.access_key, "secret_key": self.secret_key}
+        return {
+            "endpoint": self.endpoint,
+            "region": self.region,
+            "access_key": self.access_key,
+            "secret_key": self.secret_key,
+        }
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -12,14 +12,7 @@ from spdl_go import PipelineBuilder, ops
 
 
 def collated(samples, batch=None):
-    p = (
-        PipelineBuilder()
-        .add_source(samples)
-        .aggregate(batch or len(samples))
-        .pipe(ops.collate())
-        .add_sink()
-        .build()
-    )
+    p = PipelineBuilder().add_source(samples).aggregate(batch or len(samples)).pipe(ops.collate()).add_sink().build()
     out = list(p)
     p.close()
     return out

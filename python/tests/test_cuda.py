@@ -3,7 +3,11 @@
 import subprocess
 import sys
 
-from spdl_go import cuda
+import numpy as np
+import pytest
+
+import spdl_go
+from spdl_go import cuda, ops
 
 
 def test_status_reports_what_it_found():
@@ -36,13 +40,6 @@ print(st.available, st.error)
     # A runtime on the linker's default path would load; otherwise the
     # message names what was tried.
     assert out.startswith("True") or ("/nonexistent/libcudart.so" in out and "False" in out)
-
-
-import numpy as np
-import pytest
-
-import spdl_go
-from spdl_go import ops
 
 
 def _batches_pipeline(to_device: ops.NativeOp) -> spdl_go.PipelineBuilder:

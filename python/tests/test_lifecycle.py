@@ -27,7 +27,7 @@ def test_python_error_report_names_item_and_keeps_traceback():
     p = PipelineBuilder().add_source(["1", "two", "3"]).pipe(parse, name="parse").add_sink().build()
     assert sorted(p) == [1, 3]
     (err,) = p.stats().recent_errors
-    assert "stage \"parse\"" in err
+    assert 'stage "parse"' in err
     assert "item 'two'" in err
     assert "ValueError: invalid literal for int()" in err
     assert "Traceback (most recent call last)" in err and "in parse" in err

@@ -47,7 +47,13 @@ def test_same_batches_as_torch_dataloader_without_shuffle(no_leaks):
 def test_drop_last_transform_numpy_and_ranks(no_leaks):
     batches = list(
         spdl_go.DataLoader(
-            Squares(10), batch_size=4, drop_last=True, transform=lambda s: (s[0] * 2, s[1]), output="numpy", rank=1, world_size=2
+            Squares(10),
+            batch_size=4,
+            drop_last=True,
+            transform=lambda s: (s[0] * 2, s[1]),
+            output="numpy",
+            rank=1,
+            world_size=2,
         )
     )
     # rank 1 of 2 gets samples 1, 3, 5, 7, 9: one full batch of 4

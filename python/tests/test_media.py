@@ -19,7 +19,19 @@ def ffmpeg(*args: str) -> None:
 @pytest.fixture(scope="module")
 def media(tmp_path_factory):
     d = tmp_path_factory.mktemp("media")
-    ffmpeg("-f", "lavfi", "-i", "testsrc=size=64x48:rate=8:duration=3", "-c:v", "libx264", "-g", "4", "-pix_fmt", "yuv420p", str(d / "clip.mp4"))
+    ffmpeg(
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc=size=64x48:rate=8:duration=3",
+        "-c:v",
+        "libx264",
+        "-g",
+        "4",
+        "-pix_fmt",
+        "yuv420p",
+        str(d / "clip.mp4"),
+    )
     ffmpeg("-f", "lavfi", "-i", "sine=frequency=440:sample_rate=16000:duration=1", str(d / "tone.flac"))
     ffmpeg("-f", "lavfi", "-i", "color=c=0xC81E5A:size=40x30", "-frames:v", "1", str(d / "solid.png"))
     (d / "notes.txt").write_text("not media at all\n" * 10)
@@ -56,7 +68,9 @@ def test_audio_batches_from_python(media, tmp_path):
     p = (
         PipelineBuilder()
         .add_source(files)
-        .pipe(ops.decode_audio(sample_rate=16000, num_channels=1, num_samples=16000), concurrency=2, output_order="input")
+        .pipe(
+            ops.decode_audio(sample_rate=16000, num_channels=1, num_samples=16000), concurrency=2, output_order="input"
+        )
         .aggregate(3)
         .pipe(ops.collate(numbers="tensor"))
         .add_sink()
@@ -70,7 +84,7 @@ def test_audio_batches_from_python(media, tmp_path):
     assert a.data_ptr() == audio.data_ptr
     want = torch.from_dlpack(freqs).tolist()
     assert want == [300, 500, 700]
-    for clip, f in zip(a.numpy(), want):
+    for clip, f in zip(a.numpy(), want, strict=True):
         assert abs(dominant_frequency(clip[0], 16000) - f) < 0.02 * f
 
 
@@ -97,9 +111,19 @@ def test_video_clip_batches(tmp_path):
     for i in range(2):
         p = tmp_path / f"counter{i}.mp4"
         ffmpeg(
-            "-f", "lavfi", "-i", "color=c=black:size=64x48:rate=8:duration=3",
-            "-vf", "geq=lum='mod(N*8,256)':cb=128:cr=128", "-c:v", "libx264", "-g", "4",
-            "-pix_fmt", "yuv420p", str(p),
+            "-f",
+            "lavfi",
+            "-i",
+            "color=c=black:size=64x48:rate=8:duration=3",
+            "-vf",
+            "geq=lum='mod(N*8,256)':cb=128:cr=128",
+            "-c:v",
+            "libx264",
+            "-g",
+            "4",
+            "-pix_fmt",
+            "yuv420p",
+            str(p),
         )
         clips.append({"video": str(p), "id": i})
     p = (
@@ -147,7 +171,9 @@ def test_imagenet_style_pipeline_yields_torch_batches(jpegs):
     p = (
         PipelineBuilder()
         .add_source([(path, label) for path, label, _ in jpegs])
-        .pipe(ops.decode_image(short_side=256, crop="center", crop_size=(224, 224)), concurrency=2, output_order="input")
+        .pipe(
+            ops.decode_image(short_side=256, crop="center", crop_size=(224, 224)), concurrency=2, output_order="input"
+        )
         .aggregate(32)
         .pipe(ops.collate(numbers="tensor"))
         .add_sink(buffer_size=2)

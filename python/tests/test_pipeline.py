@@ -98,7 +98,13 @@ def test_num_threads_caps_all_stages():
 
 @pytest.mark.parametrize(
     "n,size,drop_last,want_sizes",
-    [(10, 3, False, [3, 3, 3, 1]), (10, 3, True, [3, 3, 3]), (9, 3, True, [3, 3, 3]), (2, 5, False, [2]), (2, 5, True, [])],
+    [
+        (10, 3, False, [3, 3, 3, 1]),
+        (10, 3, True, [3, 3, 3]),
+        (9, 3, True, [3, 3, 3]),
+        (2, 5, False, [2]),
+        (2, 5, True, []),
+    ],
 )
 def test_aggregate(n, size, drop_last, want_sizes, no_leaks):
     got = list(build(range(n), agg(size, drop_last=drop_last)))
@@ -107,14 +113,7 @@ def test_aggregate(n, size, drop_last, want_sizes, no_leaks):
 
 
 def test_disaggregate_after_python_stage(no_leaks):
-    p = (
-        PipelineBuilder()
-        .add_source(range(5))
-        .pipe(lambda x: [x] * x)
-        .disaggregate()
-        .add_sink()
-        .build()
-    )
+    p = PipelineBuilder().add_source(range(5)).pipe(lambda x: [x] * x).disaggregate().add_sink().build()
     assert sorted(p) == sorted(x for x in range(5) for _ in range(x))
 
 
@@ -132,7 +131,7 @@ def test_python_objects_pass_through_unchanged(no_leaks):
     objs = [Opaque(i) for i in range(5)]
     p = build(objs, pipe(lambda o: o, concurrency=2, output_order="input"))
     got = list(p)
-    assert all(a is b for a, b in zip(got, objs))
+    assert all(a is b for a, b in zip(got, objs, strict=True))
     p.close()
 
 
@@ -193,7 +192,7 @@ def test_python_stage_failure_over_max_failures(no_leaks):
         raise KeyError(x)
 
     p = build(range(100), pipe(always_fail, max_failures=2, name="picky"))
-    with pytest.raises(PipelineError, match=r'picky.*max_failures') as ei:
+    with pytest.raises(PipelineError, match=r"picky.*max_failures") as ei:
         list(p)
     assert "KeyError" in str(ei.value)
     p.close()
@@ -295,7 +294,7 @@ def test_get_item_timeout_then_items_still_arrive(no_leaks):
 
 def test_break_out_of_iteration_stops(no_leaks):
     p = build(sources.arange(10**9), pipe(ops.identity(), concurrency=2))
-    for i, x in enumerate(p):
+    for i, _ in enumerate(p):
         if i == 10:
             break
     assert p.stats().state in ("stopped", "done")
@@ -388,7 +387,11 @@ def test_auto_concurrency_grows_where_threads_help(no_leaks):
         (lambda: PipelineBuilder().add_source([1]).pipe(str, output_order="random"), ValueError, "output_order"),
         (lambda: PipelineBuilder().add_source([1]).pipe(str, concurrency="fast"), ValueError, "'auto'"),
         (lambda: PipelineBuilder().add_source([1]).pipe(str, max_concurrency=4), ValueError, "only applies"),
-        (lambda: PipelineBuilder().add_source([1]).pipe(str, concurrency="auto", max_concurrency=0), ValueError, "max_concurrency"),
+        (
+            lambda: PipelineBuilder().add_source([1]).pipe(str, concurrency="auto", max_concurrency=0),
+            ValueError,
+            "max_concurrency",
+        ),
         (lambda: PipelineBuilder().add_source([1]).build(cpu_budget=0), ValueError, "cpu_budget"),
         (lambda: PipelineBuilder().add_source([1]).pipe(str, timeout=0), ValueError, "timeout"),
         (lambda: PipelineBuilder().add_source([1]).pipe(str, timeout="1s"), ValueError, "timeout"),

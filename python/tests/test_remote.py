@@ -13,11 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
+from servers import Nginx, S3Server
 
 import spdl_go
 from spdl_go import ops, sources
-
-from servers import Nginx, S3Server
 
 
 def _jpeg(i: int) -> bytes:
@@ -38,8 +37,11 @@ def data(tmp_path: Path) -> Path:
                 info = tarfile.TarInfo(f"{i:04d}.{ext}")
                 info.size = len(b)
                 tf.addfile(info, io.BytesIO(b))
-    pq.write_table(pa.table({"jpg": [_jpeg(i) for i in range(30)], "label": list(range(30))}),
-                   root / "bucket" / "t.parquet", row_group_size=10)
+    pq.write_table(
+        pa.table({"jpg": [_jpeg(i) for i in range(30)], "label": list(range(30))}),
+        root / "bucket" / "t.parquet",
+        row_group_size=10,
+    )
     return root
 
 
@@ -71,7 +73,9 @@ def _run(b: spdl_go.PipelineBuilder, **build):
 def test_http_reads_decode(nginx):
     urls = [f"{nginx.url}/bucket/img/{i:04d}.jpg" for i in range(200)]
     out, st = _run(
-        spdl_go.PipelineBuilder().add_source(urls).pipe(ops.read_file(), concurrency=32, output_order="input")
+        spdl_go.PipelineBuilder()
+        .add_source(urls)
+        .pipe(ops.read_file(), concurrency=32, output_order="input")
         .pipe(ops.decode_image(), concurrency=2, output_order="input")
     )
     assert len(out) == 200 and not st.recent_errors
@@ -89,7 +93,8 @@ def test_missing_url_fails_its_item_naming_it(nginx):
 def test_server_stopped_mid_epoch_fails_items_cleanly(nginx):
     urls = [f"{nginx.url}/bucket/img/{i:04d}.jpg" for i in range(200)]
     p = (
-        spdl_go.PipelineBuilder().add_source(urls)
+        spdl_go.PipelineBuilder()
+        .add_source(urls)
         .pipe(ops.read_file(timeout=1, retries=1), concurrency=8, name="read")
         .add_sink(2)
         .build(max_failures=-1)
@@ -112,7 +117,11 @@ def test_slow_responses_complete(nginx, data):
     # 16 KiB/s: a 600-byte JPEG is fast, a 100 KiB file takes seconds, yet
     # never waits a whole timeout for more bytes.
     (data / "bucket" / "big.bin").write_bytes(bytes(range(256)) * 400)
-    out, st = _run(spdl_go.PipelineBuilder().add_source([f"{nginx.url}/slow/bucket/big.bin"]).pipe(ops.read_file(timeout=2, retries=0)))
+    out, st = _run(
+        spdl_go.PipelineBuilder()
+        .add_source([f"{nginx.url}/slow/bucket/big.bin"])
+        .pipe(ops.read_file(timeout=2, retries=0))
+    )
     assert not st.recent_errors and bytes(out[0]) == bytes(range(256)) * 400
 
 
@@ -139,11 +148,20 @@ def test_read_file_and_parquet_from_s3(s3):
 @pytest.mark.parametrize("level", ["memory", "disk"])
 def test_cache_serves_later_epochs_and_restarts(nginx, tmp_path, level):
     urls = [f"{nginx.url}/bucket/img/{i:04d}.jpg" for i in range(100)]
-    opts = {"cache_memory_bytes": 1 << 20} if level == "memory" else {"cache_dir": str(tmp_path / "cache"), "cache_disk_bytes": 1 << 20}
+    opts = (
+        {"cache_memory_bytes": 1 << 20}
+        if level == "memory"
+        else {"cache_dir": str(tmp_path / "cache"), "cache_disk_bytes": 1 << 20}
+    )
 
     def build():
-        return (spdl_go.PipelineBuilder().add_source(urls).pipe(ops.read_file(retries=0, **opts), concurrency=16, name="read")
-                .add_sink(4).build(max_failures=-1))
+        return (
+            spdl_go.PipelineBuilder()
+            .add_source(urls)
+            .pipe(ops.read_file(retries=0, **opts), concurrency=16, name="read")
+            .add_sink(4)
+            .build(max_failures=-1)
+        )
 
     p = build()
     with p.auto_stop():
@@ -192,7 +210,16 @@ def test_listing_s3_prefixes_and_globs(s3, data):
 
 
 def test_secrets_stay_out_of_reprs():
-    cfg = {"endpoint": "http://127.0.0.1:1", "access_key": "AKIA-visible", "secret_key": "hunter2", "session_token": "tok"}
-    for obj in (ops.read_file(s3=cfg), sources.webdataset("s3://b/x.tar", s3=cfg), sources.table("s3://b/t.parquet", s3=cfg)):
+    cfg = {
+        "endpoint": "http://127.0.0.1:1",
+        "access_key": "AKIA-visible",
+        "secret_key": "hunter2",
+        "session_token": "tok",
+    }
+    for obj in (
+        ops.read_file(s3=cfg),
+        sources.webdataset("s3://b/x.tar", s3=cfg),
+        sources.table("s3://b/t.parquet", s3=cfg),
+    ):
         text = repr(obj)
         assert "hunter2" not in text and "tok'" not in text and "<redacted>" in text and "AKIA-visible" in text

@@ -14,8 +14,11 @@ def build(src, *stages):
 
 @pytest.mark.parametrize("n,world,drop_last", [(23, 3, False), (23, 3, True), (24, 4, False), (5, 8, False)])
 def test_ranks_split_every_epoch_without_overlap(n, world, drop_last, no_leaks):
-    pipes = [build(sources.sampler(n, shuffle=True, seed=3, rank=r, world_size=world, drop_last=drop_last)) for r in range(world)]
-    for epoch in range(2):
+    pipes = [
+        build(sources.sampler(n, shuffle=True, seed=3, rank=r, world_size=world, drop_last=drop_last))
+        for r in range(world)
+    ]
+    for _epoch in range(2):
         per_rank = [list(p) for p in pipes]
         assert len({len(x) for x in per_rank}) == 1, "ranks got different counts"
         seen = [i for x in per_rank for i in x]
@@ -113,9 +116,9 @@ def test_torchrun_two_ranks_cover_each_epoch_exactly_once(tmp_path):
     # A real distributed job: torchrun starts 2 processes that join a gloo
     # group; each reads its share through sources.sampler.
     pytest.importorskip("torch")
+    import json
     import subprocess
     import sys
-    import json
 
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available():
@@ -123,7 +126,17 @@ def test_torchrun_two_ranks_cover_each_epoch_exactly_once(tmp_path):
     script, out = tmp_path / "job.py", tmp_path / "out.json"
     script.write_text(TORCHRUN_SCRIPT)
     n = 101
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2", str(script), str(out), str(n)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc_per_node=2",
+        str(script),
+        str(out),
+        str(n),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=200, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())
@@ -189,8 +202,17 @@ def test_torchrun_resume_on_another_world_size(before, after, tmp_path):
     script.write_text(RESUME_SCRIPT)
 
     def run(phase, nproc):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
-               str(script), phase, str(path)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes=1",
+            f"--nproc_per_node={nproc}",
+            str(script),
+            phase,
+            str(path),
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
         assert r.returncode == 0, r.stderr[-3000:]
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import spdl_go
@@ -15,7 +19,11 @@ from spdl_go import ops, sources
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     # 3 classes; "bird" has a nested directory and files of other types.
-    for cls, names in {"cat": ["c1.jpg", "c0.JPG"], "dog": ["d0.png", "sub/d1.jpg"], "bird": ["b0.jpg", "notes.txt"]}.items():
+    for cls, names in {
+        "cat": ["c1.jpg", "c0.JPG"],
+        "dog": ["d0.png", "sub/d1.jpg"],
+        "bird": ["b0.jpg", "notes.txt"],
+    }.items():
         for n in names:
             p = tmp_path / "train" / cls / n
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -40,7 +48,11 @@ def _rel(root: Path, paths) -> list[str]:
 @pytest.mark.parametrize(
     "root, kwargs, want",
     [
-        ("", {}, ["bird/b0.jpg", "bird/notes.txt", "cat/c0.JPG", "cat/c1.jpg", "dog/d0.png", "dog/sub/d1.jpg", "stray.jpg"]),
+        (
+            "",
+            {},
+            ["bird/b0.jpg", "bird/notes.txt", "cat/c0.JPG", "cat/c1.jpg", "dog/d0.png", "dog/sub/d1.jpg", "stray.jpg"],
+        ),
         ("", {"recursive": False}, ["stray.jpg"]),
         ("", {"extensions": ["jpg"]}, ["bird/b0.jpg", "cat/c0.JPG", "cat/c1.jpg", "dog/sub/d1.jpg", "stray.jpg"]),
         ("/*/*.jpg", {}, ["bird/b0.jpg", "cat/c1.jpg"]),
@@ -93,7 +105,10 @@ def test_shuffle_is_seeded_and_ranks_split_every_epoch(folder):
         (lambda root: sources.files(root, extensions=".wav"), "no files with extension .wav under"),
         (lambda root: sources.files(str(root) + "/[x"), "bad pattern"),
         (lambda root: sources.image_folder(root / "cat"), "has no class subdirectories"),
-        (lambda root: sources.image_folder(root, extensions=".png"), 'class "bird": files: no files with extension .png'),
+        (
+            lambda root: sources.image_folder(root, extensions=".png"),
+            'class "bird": files: no files with extension .png',
+        ),
     ],
 )
 def test_bad_roots_name_the_path(folder, make, match):
@@ -124,9 +139,6 @@ def test_a_listing_that_changed_before_the_build_is_refused(folder):
 
 # ---- WebDataset tar shards ---------------------------------------------------
 
-import io
-import tarfile
-
 
 def _jpeg(color: tuple[int, int, int]) -> bytes:
     from PIL import Image
@@ -151,14 +163,19 @@ def shards(tmp_path: Path) -> Path:
         members = []
         for i in range(4):
             key = f"{long_dir}{s:02d}{i:04d}"
-            members += [(key + ".jpg", _jpeg((60 * s, 50 * i, 100))), (key + ".cls", f"{(s * 4 + i) % 5}\n".encode()),
-                        (key + ".json", f'{{"i": {s * 4 + i}}}'.encode())]
+            members += [
+                (key + ".jpg", _jpeg((60 * s, 50 * i, 100))),
+                (key + ".cls", f"{(s * 4 + i) % 5}\n".encode()),
+                (key + ".json", f'{{"i": {s * 4 + i}}}'.encode()),
+            ]
         _write_shard(tmp_path / f"shard-{s:04d}.tar", members, fmt)
     return tmp_path
 
 
 def test_webdataset_decodes_batches(shards):
-    src = sources.webdataset(str(shards / "shard-{0000..0002}.tar"), required=("jpg", "cls"), decode={"cls": "int", "json": "json"})
+    src = sources.webdataset(
+        str(shards / "shard-{0000..0002}.tar"), required=("jpg", "cls"), decode={"cls": "int", "json": "json"}
+    )
     p = (
         spdl_go.PipelineBuilder()
         .add_source(src)
@@ -180,7 +197,10 @@ def test_webdataset_decodes_batches(shards):
 
 def test_webdataset_splits_shards_over_ranks(shards):
     def keys(**kw) -> list[str]:
-        return [s["__key__"] for s in _drain(sources.webdataset(str(shards / "shard-{0000..0002}.tar"), shuffle=True, seed=5, **kw))]
+        return [
+            s["__key__"]
+            for s in _drain(sources.webdataset(str(shards / "shard-{0000..0002}.tar"), shuffle=True, seed=5, **kw))
+        ]
 
     r0, r1 = keys(rank=0, world_size=3), keys(rank=1, world_size=3)
     r2 = keys(rank=2, world_size=3)
@@ -193,7 +213,9 @@ def test_webdataset_bad_shards_fail_alone(shards):
     data = (shards / "shard-0001.tar").read_bytes()
     (shards / "cut.tar").write_bytes(data[: len(data) // 2])
     _write_shard(shards / "unpaired.tar", [("a.jpg", _jpeg((1, 2, 3))), ("a.cls", b"1"), ("b.jpg", _jpeg((1, 2, 3)))])
-    src = sources.webdataset([good, shards / "cut.tar", shards / "missing.tar", shards / "unpaired.tar"], required=("jpg", "cls"))
+    src = sources.webdataset(
+        [good, shards / "cut.tar", shards / "missing.tar", shards / "unpaired.tar"], required=("jpg", "cls")
+    )
     p = spdl_go.PipelineBuilder().add_source(src).pipe(ops.decode_image(key="jpg")).add_sink(2).build(max_failures=3)
     with p.auto_stop():
         out = list(p)
@@ -219,7 +241,9 @@ def test_webdataset_bad_shards_fail_alone(shards):
 )
 def test_webdataset_options_are_checked(shards, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        spdl_go.PipelineBuilder().add_source(sources.webdataset(str(shards / "shard-0000.tar"), **kwargs)).add_sink(1).build()
+        spdl_go.PipelineBuilder().add_source(sources.webdataset(str(shards / "shard-0000.tar"), **kwargs)).add_sink(
+            1
+        ).build()
 
 
 def test_webdataset_prefetch_keeps_the_epoch(shards):
@@ -240,7 +264,9 @@ def test_streaming_sources_report_their_reads(shards, tables):
         st = p.stats()
     p.close()
     counters = st.source.op_stats
-    assert (counters["shards_opened"], counters["bytes_read"]) == (3, size) and counters["read_wait_ms"] >= 0, st.format()
+    assert (counters["shards_opened"], counters["bytes_read"]) == (3, size) and counters["read_wait_ms"] >= 0, (
+        st.format()
+    )
     assert "shards_opened 3" in st.format()
     p = spdl_go.PipelineBuilder().add_source(sources.table(tables / "part-0.parquet")).add_sink(4).build()
     with p.auto_stop():
@@ -257,19 +283,18 @@ def test_webdataset_bad_pattern(shards):
 
 # ---- Parquet and Arrow IPC ----------------------------------------------------
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 
 @pytest.fixture
 def tables(tmp_path: Path) -> Path:
     def rows(first: int, n: int) -> pa.Table:
         ids = list(range(first, first + n))
-        return pa.table({
-            "jpg": [_jpeg((i * 20 % 256, 0, 0)) for i in ids],
-            "label": pa.array([i % 4 for i in ids], pa.int32()),
-            "caption": [None if i % 5 == 2 else f"caption {i}" for i in ids],
-        })
+        return pa.table(
+            {
+                "jpg": [_jpeg((i * 20 % 256, 0, 0)) for i in ids],
+                "label": pa.array([i % 4 for i in ids], pa.int32()),
+                "caption": [None if i % 5 == 2 else f"caption {i}" for i in ids],
+            }
+        )
 
     pq.write_table(rows(0, 6), tmp_path / "part-0.parquet", row_group_size=3)
     pq.write_table(rows(6, 4), tmp_path / "part-1.parquet", row_group_size=2)
@@ -303,12 +328,24 @@ def test_table_rows_to_batches(tables):
 
 def test_table_scalars_for_python_stages(tables):
     src = sources.table(tables / "part-1.parquet", columns=["label", "caption"], scalars=True)
-    assert _drain(src, lambda row: (row["label"], row["caption"])) == [(2, "caption 6"), (3, None), (0, "caption 8"), (1, "caption 9")]
+    assert _drain(src, lambda row: (row["label"], row["caption"])) == [
+        (2, "caption 6"),
+        (3, None),
+        (0, "caption 8"),
+        (1, "caption 9"),
+    ]
 
 
 def test_table_ranks_split_row_groups(tables):
     def labels(**kw):
-        return [r["caption"] for r in _drain(sources.table(tables / "part-{0,1}.parquet", columns=["caption"], scalars=True, shuffle=True, seed=4, **kw))]
+        return [
+            r["caption"]
+            for r in _drain(
+                sources.table(
+                    tables / "part-{0,1}.parquet", columns=["caption"], scalars=True, shuffle=True, seed=4, **kw
+                )
+            )
+        ]
 
     r0, r1 = labels(rank=0, world_size=2), labels(rank=1, world_size=2)
     # 4 row groups (3+3, 2+2 rows): two each, every row once.
@@ -318,8 +355,10 @@ def test_table_ranks_split_row_groups(tables):
 def test_table_bad_files_fail_alone(tables):
     (tables / "broken.parquet").write_bytes(b"PAR1 not really PAR1")
     pq.write_table(pa.table({"jpg": [b"x"]}), tables / "nolabel.parquet")
-    src = sources.table([tables / "part-1.parquet", tables / "broken.parquet", tables / "nolabel.parquet", tables / "gone.parquet"],
-                        columns=["jpg", "label"])
+    src = sources.table(
+        [tables / "part-1.parquet", tables / "broken.parquet", tables / "nolabel.parquet", tables / "gone.parquet"],
+        columns=["jpg", "label"],
+    )
     p = spdl_go.PipelineBuilder().add_source(src).add_sink(2).build(max_failures=3)
     with p.auto_stop():
         out = list(p)
@@ -337,10 +376,13 @@ def test_table_bad_files_fail_alone(tables):
 
 def _folder_pipeline(src, batch: int = 3):
     return (
-        spdl_go.PipelineBuilder().add_source(src)
+        spdl_go.PipelineBuilder()
+        .add_source(src)
         .pipe(ops.read_file(), concurrency=2, output_order="input")  # keeps (…, label, index)
-        .aggregate(batch).pipe(ops.collate(numbers="tensor"))
-        .add_sink(3).build()
+        .aggregate(batch)
+        .pipe(ops.collate(numbers="tensor"))
+        .add_sink(3)
+        .build()
     )
 
 
@@ -360,7 +402,9 @@ def _indices(batches) -> list[int]:
 
 def test_resumable_source_continues_an_epoch(many):
     def make(**kw):
-        return spdl_go.ResumableSource(sources.image_folder(many, extensions=".jpg", shuffle=True, seed=3, with_index=True, **kw))
+        return spdl_go.ResumableSource(
+            sources.image_folder(many, extensions=".jpg", shuffle=True, seed=3, with_index=True, **kw)
+        )
 
     full = make()
     p = _folder_pipeline(full.source)
@@ -390,13 +434,15 @@ def test_resumable_source_continues_an_epoch(many):
 
 def test_resumable_source_changes_world_size(many):
     def make(rank: int, world: int):
-        return spdl_go.ResumableSource(sources.files(many, shuffle=True, seed=1, rank=rank, world_size=world, with_index=True))
+        return spdl_go.ResumableSource(
+            sources.files(many, shuffle=True, seed=1, rank=rank, world_size=world, with_index=True)
+        )
 
     # Two ranks each consume two batches, then the job restarts on one rank.
     ranks = [make(r, 2) for r in range(2)]
     seen = []
     for r in ranks:
-        p = (spdl_go.PipelineBuilder().add_source(r.source).aggregate(4).add_sink(2).build())
+        p = spdl_go.PipelineBuilder().add_source(r.source).aggregate(4).add_sink(2).build()
         with p.auto_stop():
             for k, b in enumerate(r.track(p, index=lambda batch: [i for _, i in batch])):
                 seen += [i for _, i in b]
@@ -425,11 +471,20 @@ def test_streaming_sources_resume_onto_fewer_ranks(shards, tables, kind, before,
         if kind == "webdataset":
             src = sources.webdataset(str(shards / "shard-{0000..0002}.tar"), decode={"cls": "int"}, **common)
         else:
-            src = sources.table([tables / "part-0.parquet", tables / "part-1.parquet"], columns=["label", "caption"], **common)
+            src = sources.table(
+                [tables / "part-0.parquet", tables / "part-1.parquet"], columns=["label", "caption"], **common
+            )
         return spdl_go.ResumableSource(src)
 
     def pipeline(src):
-        return spdl_go.PipelineBuilder().add_source(src.source).aggregate(2).pipe(ops.collate(numbers="tensor")).add_sink(2).build()
+        return (
+            spdl_go.PipelineBuilder()
+            .add_source(src.source)
+            .aggregate(2)
+            .pipe(ops.collate(numbers="tensor"))
+            .add_sink(2)
+            .build()
+        )
 
     def ids(batch) -> list[int]:
         return np.from_dlpack(batch["__index__"]).tolist()
@@ -472,7 +527,14 @@ def test_streaming_resume_skips_units_consumed_whole(shards, tables, kind, batch
         return spdl_go.ResumableSource(src)
 
     def pipeline(src):
-        return spdl_go.PipelineBuilder().add_source(src.source).aggregate(batch).pipe(ops.collate(numbers="tensor")).add_sink(2).build()
+        return (
+            spdl_go.PipelineBuilder()
+            .add_source(src.source)
+            .aggregate(batch)
+            .pipe(ops.collate(numbers="tensor"))
+            .add_sink(2)
+            .build()
+        )
 
     def ids(b) -> list[int]:
         return np.from_dlpack(b["__index__"]).tolist()
