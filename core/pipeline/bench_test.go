@@ -61,31 +61,13 @@ func BenchmarkPipeStage(b *testing.B) {
 				name = fmt.Sprintf("%s_q%d", bc.name, qs)
 			}
 			b.Run(name, func(b *testing.B) {
-				p, err := pipeline.New(pipeline.Config{
+				drainPerItem(b, pipeline.Config{
 					Source:      repeatSource{n: b.N, v: any(int64(1 << 20))},
 					Stages:      bc.stages,
 					BufferSize:  max(qs, 8),
 					QueueSize:   qs,
 					MaxFailures: -1,
 				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer p.Stop()
-				if err := p.Start(); err != nil {
-					b.Fatal(err)
-				}
-				b.ReportAllocs()
-				b.ResetTimer()
-				ctx := context.Background()
-				for {
-					if _, err := p.Next(ctx, -1); err != nil {
-						if !errors.Is(err, pipeline.ErrEndOfData) {
-							b.Fatal(err)
-						}
-						break
-					}
-				}
 			})
 		}
 	}
@@ -134,32 +116,38 @@ func BenchmarkSinkEncode(b *testing.B) {
 				encode = func(v any) (any, error) { return v, nil }
 			}
 			b.Run(name, func(b *testing.B) {
-				p, err := pipeline.New(pipeline.Config{
+				drainPerItem(b, pipeline.Config{
 					Source:      repeatSource{n: b.N, v: any(int64(1 << 20))},
 					Stages:      bc.stages,
 					BufferSize:  8,
 					MaxFailures: -1,
 					SinkEncode:  encode,
 				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer p.Stop()
-				if err := p.Start(); err != nil {
-					b.Fatal(err)
-				}
-				b.ReportAllocs()
-				b.ResetTimer()
-				ctx := context.Background()
-				for {
-					if _, err := p.Next(ctx, -1); err != nil {
-						if !errors.Is(err, pipeline.ErrEndOfData) {
-							b.Fatal(err)
-						}
-						break
-					}
-				}
 			})
+		}
+	}
+}
+
+// drainPerItem builds and starts a pipeline, then times reading every item
+// (b.N of them) with Next: the per-item cost, without start-up.
+func drainPerItem(b *testing.B, cfg pipeline.Config) {
+	p, err := pipeline.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Stop()
+	if err := p.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	ctx := context.Background()
+	for {
+		if _, err := p.Next(ctx, -1); err != nil {
+			if !errors.Is(err, pipeline.ErrEndOfData) {
+				b.Fatal(err)
+			}
+			return
 		}
 	}
 }
