@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/spdl-go/spdl-go/core/sampler"
 	"github.com/spdl-go/spdl-go/core/sources"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -132,7 +133,7 @@ func TestTarPrefetchKeepsTheEpoch(t *testing.T) {
 	}
 	var runs [][]string
 	for _, prefetch := range []int{-1, 0, 3} {
-		src := mustTar(t, sources.TarOptions{Shards: shards, Prefetch: prefetch, ReadAheadBytes: 1, Shuffle: true, Seed: 3})
+		src := mustTar(t, sources.TarOptions{Shards: shards, Prefetch: prefetch, ReadAheadBytes: 1, Sampling: sampler.Options{Shuffle: true, Seed: 3}})
 		r := readAll(t, src)
 		if len(r.failures) != 1 || !strings.Contains(r.failures[0], "missing.tar: open") {
 			t.Fatalf("prefetch %d: failures %v", prefetch, r.failures)

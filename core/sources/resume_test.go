@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/spdl-go/spdl-go/core/pipeline"
+	"github.com/spdl-go/spdl-go/core/sampler"
 	"github.com/spdl-go/spdl-go/core/sources"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -59,8 +60,9 @@ func TestStreamingSourcesResume(t *testing.T) {
 	var opens atomic.Int64
 	table := func(path string) func(world, rank, buffer int, r *sources.StreamResume) unitSized {
 		return func(world, rank, buffer int, r *sources.StreamResume) unitSized {
-			s, err := sources.NewTableSource(sources.TableOptions{Paths: []string{path}, Shuffle: true, Seed: 4, World: world, Rank: rank,
-				DropLast: true, ShuffleBuffer: buffer, WithIndex: true, Resume: r, Epoch: 2, Scalars: true})
+			s, err := sources.NewTableSource(sources.TableOptions{Paths: []string{path},
+				Sampling:      sampler.Options{Shuffle: true, Seed: 4, World: world, Rank: rank, DropLast: true, Epoch: 2},
+				ShuffleBuffer: buffer, WithIndex: true, Resume: r, Scalars: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,8 +75,9 @@ func TestStreamingSourcesResume(t *testing.T) {
 		make  func(world, rank, buffer int, r *sources.StreamResume) unitSized
 	}{
 		{"tar", "__key__", func(world, rank, buffer int, r *sources.StreamResume) unitSized {
-			return mustTar(t, sources.TarOptions{Shards: shards, Shuffle: true, Seed: 4, World: world, Rank: rank, DropLast: true,
-				ShuffleBuffer: buffer, WithIndex: true, Resume: r, Epoch: 2,
+			return mustTar(t, sources.TarOptions{Shards: shards,
+				Sampling:      sampler.Options{Shuffle: true, Seed: 4, World: world, Rank: rank, DropLast: true, Epoch: 2},
+				ShuffleBuffer: buffer, WithIndex: true, Resume: r,
 				Open: func(_ context.Context, name string) (io.ReadCloser, error) { opens.Add(1); return os.Open(name) }})
 		}},
 		{"parquet", "img", table(pq)},

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spdl-go/spdl-go/core/pipeline"
+	"github.com/spdl-go/spdl-go/core/sampler"
 	"github.com/spdl-go/spdl-go/core/sources"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -150,7 +151,7 @@ func TestParquetFetchAheadFollowsThePlan(t *testing.T) {
 	}
 	var all []string
 	for rank := range 2 {
-		src, err := sources.NewTableSource(sources.TableOptions{Paths: paths, Shuffle: true, Seed: 9, World: 2, Rank: rank, Scalars: true})
+		src, err := sources.NewTableSource(sources.TableOptions{Paths: paths, Sampling: sampler.Options{Shuffle: true, Seed: 9, World: 2, Rank: rank}, Scalars: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,19 +38,15 @@ type TableOptions struct {
 	// record batch by reference); scalars suit Python stages that read
 	// each row.
 	Scalars bool
-	// Shuffle, Seed, World, Rank and DropLast deal the files' row groups
-	// (Parquet) or record batches (Arrow) to ranks as the sampler deals
-	// samples; rows within one are read in order.
-	Shuffle  bool
-	Seed     uint64
-	World    int
-	Rank     int
-	DropLast bool
+	// Sampling deals the files' row groups (Parquet) or record batches
+	// (Arrow) to ranks as the sampler deals samples (World < 1 means 1);
+	// rows within one are read in order. Sampling.Epoch is the first
+	// epoch's number; each Open begins the next.
+	Sampling sampler.Options
 	// ShuffleBuffer > 0 also shuffles rows through a buffer this large.
 	ShuffleBuffer int
 	// BatchRows is how many Parquet rows are decoded at a time (default 4096).
 	BatchRows int64
-	Epoch     int64
 	// Open opens a file for random access; nil opens local files.
 	Open func(ctx context.Context, name string) (File, error)
 	// WithIndex gives each row "__index__": SampleID(part, its row number
@@ -145,8 +141,9 @@ func NewTableSource(o TableOptions) (*TableSource, error) {
 	if good == 0 {
 		return nil, fmt.Errorf("table: no file could be read; the first: %w", s.parts[0].err)
 	}
-	cfg := sampler.Config{N: int64(len(s.parts)), Shuffle: o.Shuffle, Seed: o.Seed, World: max(o.World, 1), Rank: o.Rank, DropLast: o.DropLast}
-	units, err := newUnitEpochs(cfg, o.Epoch, o.Resume, o.ShuffleBuffer)
+	cfg := o.Sampling.Config(int64(len(s.parts)))
+	cfg.World = max(cfg.World, 1)
+	units, err := newUnitEpochs(cfg, o.Sampling.Epoch, o.Resume, o.ShuffleBuffer)
 	if err != nil {
 		return nil, fmt.Errorf("table: %d parts: %w", len(s.parts), err)
 	}
@@ -743,9 +740,7 @@ func newTable(m map[string]any) (pipeline.Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := TableOptions{ShuffleBuffer: st.shuffleBuffer, WithIndex: st.withIndex, Resume: st.resume}
-	so := st.sampling
-	o.Shuffle, o.Seed, o.World, o.Rank, o.DropLast, o.Epoch = so.Shuffle, so.Seed, so.World, so.Rank, so.DropLast, so.Epoch
+	o := TableOptions{Sampling: st.sampling, ShuffleBuffer: st.shuffleBuffer, WithIndex: st.withIndex, Resume: st.resume}
 	if o.Columns, err = r.Strings("columns"); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
+	"github.com/spdl-go/spdl-go/core/sampler"
 	"github.com/spdl-go/spdl-go/core/sources"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -243,7 +244,7 @@ func TestTableSourceSplitsPartsOverRanks(t *testing.T) {
 	}
 	var all []string
 	for rank := range 4 {
-		src, err := sources.NewTableSource(sources.TableOptions{Paths: paths, Shuffle: true, Seed: 9, World: 4, Rank: rank, ShuffleBuffer: 4})
+		src, err := sources.NewTableSource(sources.TableOptions{Paths: paths, Sampling: sampler.Options{Shuffle: true, Seed: 9, World: 4, Rank: rank}, ShuffleBuffer: 4})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,16 +30,14 @@ type TarOptions struct {
 	// Shards are the tar files, in their canonical order (ExpandBraces
 	// gives it); shuffling and the split over ranks work on this list.
 	Shards []string
-	// Shuffle, Seed, World, Rank and DropLast deal shards to ranks as the
-	// sampler deals samples: a seeded permutation per epoch, rank r taking
-	// every World-th shard from r, shards repeated (or, with DropLast,
-	// dropped) so that every rank reads as many shards. Ranks then read
-	// the same number of samples only if the shards hold equal counts.
-	Shuffle  bool
-	Seed     uint64
-	World    int
-	Rank     int
-	DropLast bool
+	// Sampling deals shards to ranks as the sampler deals samples: a
+	// seeded permutation per epoch (Shuffle, Seed), rank r taking every
+	// World-th shard from r (World 0 means 1), shards repeated (or, with
+	// DropLast, dropped) so that every rank reads as many shards. Ranks
+	// then read the same number of samples only if the shards hold equal
+	// counts. Sampling.Epoch is the first epoch's number; each Open
+	// begins the next.
+	Sampling sampler.Options
 	// ShuffleBuffer > 0 also shuffles samples across the shards being
 	// read: each Next returns a random one of this many buffered samples.
 	ShuffleBuffer int
@@ -49,8 +47,6 @@ type TarOptions struct {
 	// Decode turns members into values by extension: "bytes" (the
 	// default), "str", "int", "float" or "json".
 	Decode map[string]string
-	// Epoch is the first epoch's number; each Open begins the next.
-	Epoch int64
 	// Open reads a shard; nil means os.Open.
 	Open func(ctx context.Context, name string) (io.ReadCloser, error)
 	// Prefetch is how many shards are opened ahead of the one being read
@@ -111,11 +107,11 @@ func NewTarSource(o TarOptions) (*TarSource, error) {
 	if o.ReadAheadBytes <= 0 {
 		o.ReadAheadBytes = 16 << 20
 	}
-	cfg := sampler.Config{N: int64(len(o.Shards)), Shuffle: o.Shuffle, Seed: o.Seed, World: o.World, Rank: o.Rank, DropLast: o.DropLast}
+	cfg := o.Sampling.Config(int64(len(o.Shards)))
 	if cfg.World == 0 {
 		cfg.World = 1
 	}
-	units, err := newUnitEpochs(cfg, o.Epoch, o.Resume, o.ShuffleBuffer)
+	units, err := newUnitEpochs(cfg, o.Sampling.Epoch, o.Resume, o.ShuffleBuffer)
 	if err != nil {
 		return nil, fmt.Errorf("webdataset: %d shards: %w", len(o.Shards), err)
 	}
@@ -124,7 +120,7 @@ func NewTarSource(o TarOptions) (*TarSource, error) {
 
 // ShardsPerEpoch is how many shards each rank reads per epoch.
 func (s *TarSource) ShardsPerEpoch() int64 {
-	pl, _ := sampler.NewPlan(s.units.cfg, sampler.Progress{Epoch: s.o.Epoch})
+	pl, _ := sampler.NewPlan(s.units.cfg, sampler.Progress{Epoch: s.o.Sampling.Epoch})
 	return pl.Len()
 }
 
@@ -517,9 +513,7 @@ func newWebDataset(m map[string]any) (pipeline.Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := TarOptions{ShuffleBuffer: st.shuffleBuffer, WithIndex: st.withIndex, Resume: st.resume}
-	so := st.sampling
-	o.Shuffle, o.Seed, o.World, o.Rank, o.DropLast, o.Epoch = so.Shuffle, so.Seed, so.World, so.Rank, so.DropLast, so.Epoch
+	o := TarOptions{Sampling: st.sampling, ShuffleBuffer: st.shuffleBuffer, WithIndex: st.withIndex, Resume: st.resume}
 	if o.Required, err = r.Strings("required"); err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/spdl-go/spdl-go/core/pipeline"
+	"github.com/spdl-go/spdl-go/core/sampler"
 	"github.com/spdl-go/spdl-go/core/sources"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -222,26 +223,26 @@ func TestTarShardsSplitOverRanksAndShuffle(t *testing.T) {
 		t.Fatalf("%d samples", len(all))
 	}
 	// drop_last: 5 shards over 2 ranks -> 2 each, one shard left out.
-	r0 := read(sources.TarOptions{World: 2, Rank: 0, DropLast: true, Shuffle: true, Seed: 7})
-	r1 := read(sources.TarOptions{World: 2, Rank: 1, DropLast: true, Shuffle: true, Seed: 7})
+	r0 := read(sources.TarOptions{Sampling: sampler.Options{Shuffle: true, Seed: 7, World: 2, Rank: 0, DropLast: true}})
+	r1 := read(sources.TarOptions{Sampling: sampler.Options{Shuffle: true, Seed: 7, World: 2, Rank: 1, DropLast: true}})
 	if len(r0) != 6 || len(r1) != 6 || len(slices.Concat(r0, r1)) != len(uniq(slices.Concat(r0, r1))) {
 		t.Errorf("ranks got %v and %v", r0, r1)
 	}
 	// Padded: 3 shards each, every shard read by some rank.
-	p0 := read(sources.TarOptions{World: 2, Rank: 0, Shuffle: true, Seed: 7})
-	p1 := read(sources.TarOptions{World: 2, Rank: 1, Shuffle: true, Seed: 7})
+	p0 := read(sources.TarOptions{Sampling: sampler.Options{Shuffle: true, Seed: 7, World: 2, Rank: 0}})
+	p1 := read(sources.TarOptions{Sampling: sampler.Options{Shuffle: true, Seed: 7, World: 2, Rank: 1}})
 	if len(p0) != 9 || len(p1) != 9 || len(uniq(slices.Concat(p0, p1))) != 15 {
 		t.Errorf("padded ranks got %d and %d samples, %d distinct", len(p0), len(p1), len(uniq(slices.Concat(p0, p1))))
 	}
 	// Samples shuffled through a buffer: a seeded permutation of the same samples.
-	b1 := read(sources.TarOptions{ShuffleBuffer: 4, Seed: 1})
-	b2 := read(sources.TarOptions{ShuffleBuffer: 4, Seed: 1})
-	b3 := read(sources.TarOptions{ShuffleBuffer: 4, Seed: 2})
+	b1 := read(sources.TarOptions{ShuffleBuffer: 4, Sampling: sampler.Options{Seed: 1}})
+	b2 := read(sources.TarOptions{ShuffleBuffer: 4, Sampling: sampler.Options{Seed: 1}})
+	b3 := read(sources.TarOptions{ShuffleBuffer: 4, Sampling: sampler.Options{Seed: 2}})
 	if !slices.Equal(b1, b2) || slices.Equal(b1, all) || slices.Equal(b1, b3) || !slices.Equal(sorted(b1), sorted(all)) {
 		t.Errorf("shuffle buffer: %v / %v / %v", b1, b2, b3)
 	}
 	// Each Open is the next epoch: a new shard order.
-	src := mustTar(t, sources.TarOptions{Shards: shards, Shuffle: true, Seed: 3})
+	src := mustTar(t, sources.TarOptions{Shards: shards, Sampling: sampler.Options{Shuffle: true, Seed: 3}})
 	e0, e1 := readAll(t, src).keys, readAll(t, src).keys
 	if slices.Equal(e0, e1) || !slices.Equal(sorted(e0), sorted(e1)) {
 		t.Errorf("epochs 0 and 1: %v, %v", e0, e1)
@@ -256,7 +257,7 @@ func TestTarOptionsAreChecked(t *testing.T) {
 		{sources.TarOptions{}, "no shards"},
 		{sources.TarOptions{Shards: []string{"a"}, Decode: map[string]string{"cls": "yaml"}}, `decode "cls": unknown decoder "yaml"`},
 		{sources.TarOptions{Shards: []string{"a"}, Required: []string{".jpg"}}, "without the dot"},
-		{sources.TarOptions{Shards: []string{"a"}, World: 2, Rank: 2}, "rank"},
+		{sources.TarOptions{Shards: []string{"a"}, Sampling: sampler.Options{World: 2, Rank: 2}}, "rank"},
 		{sources.TarOptions{Shards: []string{"a"}, ShuffleBuffer: -1}, "shuffle buffer"},
 	} {
 		if _, err := sources.NewTarSource(c.o); err == nil || !strings.Contains(err.Error(), c.err) {
