@@ -49,69 +49,47 @@ func (r *Reader) errorf(name, format string, args ...any) error {
 	return fmt.Errorf("option %q "+format, append([]any{name}, args...)...)
 }
 
-// Bool reads a bool option.
-func (r *Reader) Bool(name string, def bool) (bool, error) {
+// read is every scalar getter: the option's value converted by as, def
+// when it is unset, or an error that names the option and what it must be.
+func read[T any](r *Reader, name string, def T, as func(any) (T, bool), want string) (T, error) {
 	v, ok := r.Get(name)
 	if !ok {
 		return def, nil
 	}
-	b, ok := v.(bool)
+	x, ok := as(v)
 	if !ok {
-		return false, r.errorf(name, "must be True or False, not %s", value.Describe(v))
+		var zero T
+		return zero, r.errorf(name, "must be %s, not %s", want, value.Describe(v))
 	}
-	return b, nil
+	return x, nil
+}
+
+func asBool(v any) (bool, bool)     { b, ok := v.(bool); return b, ok }
+func asString(v any) (string, bool) { s, ok := v.(string); return s, ok }
+
+// Bool reads a bool option.
+func (r *Reader) Bool(name string, def bool) (bool, error) {
+	return read(r, name, def, asBool, "True or False")
 }
 
 // Number reads a number option (an int or a float).
 func (r *Reader) Number(name string, def float64) (float64, error) {
-	v, ok := r.Get(name)
-	if !ok {
-		return def, nil
-	}
-	f, ok := AsFloat(v)
-	if !ok {
-		return 0, r.errorf(name, "must be a number, not %s", value.Describe(v))
-	}
-	return f, nil
+	return read(r, name, def, AsFloat, "a number")
 }
 
 // Int reads an int option (a float with no fraction is accepted).
 func (r *Reader) Int(name string, def int64) (int64, error) {
-	v, ok := r.Get(name)
-	if !ok {
-		return def, nil
-	}
-	n, ok := AsInt(v)
-	if !ok {
-		return 0, r.errorf(name, "must be an int, not %s", value.Describe(v))
-	}
-	return n, nil
+	return read(r, name, def, AsInt, "an int")
 }
 
 // Uint64 reads an int option in [0, 2**64).
 func (r *Reader) Uint64(name string, def uint64) (uint64, error) {
-	v, ok := r.Get(name)
-	if !ok {
-		return def, nil
-	}
-	n, ok := AsUint64(v)
-	if !ok {
-		return 0, r.errorf(name, "must be an int in [0, 2**64), not %s", value.Describe(v))
-	}
-	return n, nil
+	return read(r, name, def, AsUint64, "an int in [0, 2**64)")
 }
 
 // String reads a str option.
 func (r *Reader) String(name, def string) (string, error) {
-	v, ok := r.Get(name)
-	if !ok {
-		return def, nil
-	}
-	s, ok := v.(string)
-	if !ok {
-		return "", r.errorf(name, "must be a str, not %s", value.Describe(v))
-	}
-	return s, nil
+	return read(r, name, def, asString, "a str")
 }
 
 // Strings reads a list of str; absent, it is nil.

@@ -195,24 +195,23 @@ func expandPaths(patterns []string, st storage.Options) ([]string, error) {
 
 // readStorage reads the "storage" group of a source's options.
 func readStorage(r *options.Reader) (storage.Options, error) {
-	st, err := r.Sub("storage")
-	if err != nil {
-		return storage.Options{}, err
-	}
-	o, err := storage.ReadOptions(st)
-	if err != nil {
-		return o, err
-	}
-	return o, st.Done()
+	return readGroup(r, "storage", storage.ReadOptions)
 }
 
 // readSampling reads the "sampling" group of a source's options.
 func readSampling(r *options.Reader) (sampler.Options, error) {
-	g, err := r.Sub("sampling")
+	return readGroup(r, "sampling", sampler.ReadOptions)
+}
+
+// readGroup reads the option group name with read, refusing names in it
+// that read did not ask for.
+func readGroup[T any](r *options.Reader, name string, read func(*options.Reader) (T, error)) (T, error) {
+	g, err := r.Sub(name)
 	if err != nil {
-		return sampler.Options{}, err
+		var zero T
+		return zero, err
 	}
-	o, err := sampler.ReadOptions(g)
+	o, err := read(g)
 	if err != nil {
 		return o, err
 	}
