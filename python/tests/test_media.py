@@ -2,6 +2,7 @@
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,22 +17,15 @@ def ffmpeg(*args: str) -> None:
     subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", *args], check=True)
 
 
+def h264(lavfi: str, out: Path, *filters: str) -> None:
+    """Encodes a lavfi source as H.264, a keyframe every 4 frames."""
+    ffmpeg("-f", "lavfi", "-i", lavfi, *filters, "-c:v", "libx264", "-g", "4", "-pix_fmt", "yuv420p", str(out))
+
+
 @pytest.fixture(scope="module")
 def media(tmp_path_factory):
     d = tmp_path_factory.mktemp("media")
-    ffmpeg(
-        "-f",
-        "lavfi",
-        "-i",
-        "testsrc=size=64x48:rate=8:duration=3",
-        "-c:v",
-        "libx264",
-        "-g",
-        "4",
-        "-pix_fmt",
-        "yuv420p",
-        str(d / "clip.mp4"),
-    )
+    h264("testsrc=size=64x48:rate=8:duration=3", d / "clip.mp4")
     ffmpeg("-f", "lavfi", "-i", "sine=frequency=440:sample_rate=16000:duration=1", str(d / "tone.flac"))
     ffmpeg("-f", "lavfi", "-i", "color=c=0xC81E5A:size=40x30", "-frames:v", "1", str(d / "solid.png"))
     (d / "notes.txt").write_text("not media at all\n" * 10)
@@ -110,21 +104,7 @@ def test_video_clip_batches(tmp_path):
     clips = []
     for i in range(2):
         p = tmp_path / f"counter{i}.mp4"
-        ffmpeg(
-            "-f",
-            "lavfi",
-            "-i",
-            "color=c=black:size=64x48:rate=8:duration=3",
-            "-vf",
-            "geq=lum='mod(N*8,256)':cb=128:cr=128",
-            "-c:v",
-            "libx264",
-            "-g",
-            "4",
-            "-pix_fmt",
-            "yuv420p",
-            str(p),
-        )
+        h264("color=c=black:size=64x48:rate=8:duration=3", p, "-vf", "geq=lum='mod(N*8,256)':cb=128:cr=128")
         clips.append({"video": str(p), "id": i})
     p = (
         PipelineBuilder()

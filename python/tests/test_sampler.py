@@ -111,18 +111,22 @@ dist.destroy_process_group()
 """
 
 
+def _needs_torch_distributed() -> None:
+    pytest.importorskip("torch")
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this torch build")
+
+
 @pytest.mark.timeout(240)
 def test_torchrun_two_ranks_cover_each_epoch_exactly_once(tmp_path):
     # A real distributed job: torchrun starts 2 processes that join a gloo
     # group; each reads its share through sources.sampler.
-    pytest.importorskip("torch")
+    _needs_torch_distributed()
     import json
     import subprocess
     import sys
 
-    dist = pytest.importorskip("torch.distributed")
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available in this torch build")
     script, out = tmp_path / "job.py", tmp_path / "out.json"
     script.write_text(TORCHRUN_SCRIPT)
     n = 101
@@ -190,14 +194,11 @@ dist.destroy_process_group()
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
 def test_torchrun_resume_on_another_world_size(before, after, tmp_path):
-    pytest.importorskip("torch")
+    _needs_torch_distributed()
     import json
     import subprocess
     import sys
 
-    dist = pytest.importorskip("torch.distributed")
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available in this torch build")
     script, path = tmp_path / "job.py", tmp_path / "state.json"
     script.write_text(RESUME_SCRIPT)
 
