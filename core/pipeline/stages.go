@@ -71,19 +71,25 @@ func (w *worker) orderedOne() fate {
 	if f == fateLost {
 		return f
 	}
-	if f == fatePassed && w.sink != nil {
-		// Here, not when emitting: the workers encode in parallel.
+	keep := f == fatePassed && res != Skip
+	if _, ok := res.(Stream); keep && w.sink != nil && !ok {
+		// Here, not when emitting: the workers encode in parallel. A
+		// stream's items are encoded as they are pulled (drain).
 		res, f = w.encode(res)
+		keep = f == fatePassed
 	}
 	// Always complete: the head must move past every number taken.
-	w.complete(seq, res, f == fatePassed)
+	if cf := w.complete(seq, res, keep); cf == fateFatal {
+		return cf
+	}
 	return f
 }
 
 // complete stores the outcome of item seq (v, if ok) and, if it is the
 // head and no one else is emitting, emits it and every ready item behind
-// it.
-func (w *worker) complete(seq uint64, v any, ok bool) {
+// it. A Stream is drained in its place; complete returns fateFatal when
+// a stream's failure exceeded a limit (w.err set), else fatePassed.
+func (w *worker) complete(seq uint64, v any, ok bool) fate {
 	r := w.r
 	n := uint64(len(r.slots))
 	r.mu.Lock()
@@ -94,8 +100,9 @@ func (w *worker) complete(seq uint64, v any, ok bool) {
 	r.slots[seq%n] = rslot{v: v, state: st}
 	if r.emitting || seq != r.head {
 		r.mu.Unlock()
-		return
+		return fatePassed
 	}
+	res := fatePassed
 	r.emitting = true
 	for {
 		h := &r.slots[r.head%n]
@@ -106,7 +113,11 @@ func (w *worker) complete(seq uint64, v any, ok bool) {
 		*h = rslot{}
 		r.head++
 		r.mu.Unlock()
-		if ready {
+		if st, ok := v.(Stream); ready && ok {
+			if w.drain(st) == fateFatal {
+				res = fateFatal
+			}
+		} else if ready {
 			if send(w.out, v, w.ep.done) {
 				w.sl.out.Add(1)
 				w.sl.occ.Add(int64(len(w.out)))
@@ -119,6 +130,7 @@ func (w *worker) complete(seq uint64, v any, ok bool) {
 	}
 	r.emitting = false
 	r.mu.Unlock()
+	return res
 }
 
 // runAggregate is an aggregate stage's goroutine.

@@ -105,7 +105,7 @@ func (w *worker) one() fate {
 	if f != fatePassed {
 		return f
 	}
-	return w.pass(res)
+	return w.emit(res) // emit.go: one item, none, or a stream's
 }
 
 // pass sends v to w.out, through Config.SinkEncode first on the goroutines
