@@ -6,6 +6,7 @@ import "C"
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"runtime"
@@ -102,13 +103,46 @@ func detachPyThread(h unsafe.Pointer) {
 }
 
 // pyOp runs a Python callable registered under id on the host side.
+// ioBound marks an op whose calls only wait (an async op on an event loop,
+// a sync op handed to an executor): they take no num_threads token.
 type pyOp struct {
 	id      uint64
+	ioBound bool
 	threads threadStates
 }
 
-func (o *pyOp) AttachThread() { o.threads.attach() }
-func (o *pyOp) DetachThread() { o.threads.detach() }
+func (o *pyOp) AttachThread()   { o.threads.attach() }
+func (o *pyOp) DetachThread()   { o.threads.detach() }
+func (o *pyOp) WaitsOnIO() bool { return o.ioBound }
+
+// What the call callback returns besides 0 (a result) and -1 (an error):
+// the op returned None (the item is skipped), or a generator, which the
+// host registered as a stream whose id (8 bytes, little-endian) fills out.
+const (
+	pyCallSkip   = 2
+	pyCallStream = 3
+)
+
+// pyStreamBit marks a stream's id in the release callback (the host drops
+// the stream, closing its generator), apart from object ids.
+const pyStreamBit = 1 << 63
+
+// pyStream pulls the values a Python generator yields, through the next
+// callback (pipeline.Stream).
+type pyStream struct{ id uint64 }
+
+func (s *pyStream) Next(ctx context.Context) (any, bool, error) {
+	v, err := pyNext(s.id)
+	if err == io.EOF {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return v, true, nil
+}
+
+func (s *pyStream) Release() { releasePyObject(s.id | pyStreamBit) }
 
 func (o *pyOp) Process(ctx context.Context, in any) (any, error) {
 	f := pyCallFn.Load()
@@ -130,10 +164,15 @@ func (o *pyOp) Process(ctx context.Context, in any) (any, error) {
 	rc := C.spdl_invoke_call(C.spdl_call_fn(unsafe.Pointer(f)), C.uint64_t(o.id),
 		(*C.uint8_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &out)
 	res := takeBuf(&out)
-	if rc != 0 {
-		return nil, newPythonError(res)
+	switch {
+	case rc == 0:
+		return pyDecoder.Decode(res)
+	case rc == pyCallSkip:
+		return pipeline.Skip, nil
+	case rc == pyCallStream && len(res) == 8:
+		return &pyStream{id: binary.LittleEndian.Uint64(res)}, nil
 	}
-	return pyDecoder.Decode(res)
+	return nil, newPythonError(res)
 }
 
 // threadStates tracks the Python thread state of each goroutine that is
@@ -182,9 +221,13 @@ type pyIterator struct {
 func (it *pyIterator) AttachThread() { it.threads.attach() }
 func (it *pyIterator) DetachThread() { it.threads.detach() }
 
-func (it *pyIterator) Next(ctx context.Context) (any, error) {
+func (it *pyIterator) Next(ctx context.Context) (any, error) { return pyNext(it.id) }
+
+// pyNext advances the host's source or stream id: its next item, io.EOF at
+// the end, or its error.
+func pyNext(id uint64) (any, error) {
 	var out C.spdl_buf
-	rc := C.spdl_invoke_next(C.spdl_next_fn(unsafe.Pointer(pyNextFn.Load())), C.uint64_t(it.id), &out)
+	rc := C.spdl_invoke_next(C.spdl_next_fn(unsafe.Pointer(pyNextFn.Load())), C.uint64_t(id), &out)
 	res := takeBuf(&out)
 	switch rc {
 	case 0:

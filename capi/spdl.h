@@ -66,9 +66,13 @@ typedef struct spdl_buf {
  *   (borrowed for the call). On success return 0 and fill *out with the
  *   encoded result; on failure return -1 and fill *out with a UTF-8 error
  *   message (a traceback). Fill *out with spdl_buf_set; Go frees it.
- * spdl_next_fn: advance source `src_id`: 0 and *out = encoded item, 1 at
- *   the end of the epoch (out untouched), -1 and *out = error message.
- * spdl_release_fn: Go dropped its reference to registry object `obj_id`.
+ *   Return 2 (out untouched) to pass nothing on for this input, or 3 with
+ *   *out = an 8-byte little-endian stream id to pass on each value the
+ *   stream yields: Go pulls them with spdl_next_fn(stream id).
+ * spdl_next_fn: advance source (or stream) `src_id`: 0 and *out = encoded
+ *   item, 1 at the end (out untouched), -1 and *out = error message.
+ * spdl_release_fn: Go dropped its reference to registry object `obj_id`;
+ *   with the top bit set, to stream `obj_id` without it.
  */
 typedef int (*spdl_call_fn)(uint64_t fn_id, const uint8_t *in, size_t in_len, spdl_buf *out);
 typedef int (*spdl_next_fn)(uint64_t src_id, spdl_buf *out);

@@ -22,7 +22,7 @@ import (
 //	 "stages": [{"kind": "pipe", "name": "decode", "concurrency": 4 | "auto",
 //	             "max_concurrency": null, "timeout_s": null, "output_order": "input",
 //	             "max_failures": -1,
-//	             "op": {"kind": "native", "name": "identity", "options": {}} | {"kind": "python", "id": 2}},
+//	             "op": {"kind": "native", "name": "identity", "options": {}} | {"kind": "python", "id": 2, "io_bound": false}},
 //	            {"kind": "aggregate", "num_items": 32, "drop_last": false},
 //	            {"kind": "disaggregate"}],
 //	 "buffer_size": 3, "max_failures": -1, "num_threads": null, "cpu_budget": null, "queue_size": null}
@@ -306,10 +306,16 @@ func buildOp(v any) (pipeline.Op, error) {
 		if err != nil {
 			return nil, fmt.Errorf("op: %w", err)
 		}
+		// io_bound: the op only waits (a coroutine on an event loop, a
+		// call handed to an executor), so it takes no num_threads token.
+		ioBound, err := r.Bool("io_bound", false)
+		if err != nil {
+			return nil, fmt.Errorf("python op: %w", err)
+		}
 		if err := r.Done(); err != nil {
 			return nil, fmt.Errorf("python op: %w", err)
 		}
-		return &pyOp{id: id}, nil
+		return &pyOp{id: id, ioBound: ioBound}, nil
 	default:
 		return nil, fmt.Errorf("unknown op kind %q (want \"native\" or \"python\")", kind)
 	}

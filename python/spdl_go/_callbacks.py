@@ -18,7 +18,8 @@ import inspect
 import reprlib
 import threading
 import traceback
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,18 +51,122 @@ def _run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
     return loop.run_until_complete(coro)
 
 
+def is_async_op(fn: Any) -> bool:
+    """Whether ``fn`` (or its ``__call__``) is a coroutine function."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+
+
+def is_async_gen_op(fn: Any) -> bool:
+    """Whether ``fn`` (or its ``__call__``) is an async generator function."""
+    return inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(getattr(fn, "__call__", None))  # noqa: B004
+
+
+def is_gen_op(fn: Any) -> bool:
+    """Whether ``fn`` (or its ``__call__``) is a generator function."""
+    return inspect.isgeneratorfunction(fn) or inspect.isgeneratorfunction(getattr(fn, "__call__", None))  # noqa: B004
+
+
 @dataclass
 class PyStage:
-    """A Python op of a pipe stage, and how its output travels."""
+    """A Python op of a pipe stage, and how its output travels.
+
+    ``streams``: the op is a (sync or async) generator function, whose
+    yielded values go on one by one. ``executor``: a sync op runs there,
+    the calling thread waiting on the future (which frees the GIL)."""
 
     fn: Callable[[Any], Any]
     encode: Encoder
     is_async: bool
+    streams: bool = False
+    executor: Executor | None = None
 
     def call(self, arg: Any) -> Any:
         if self.is_async:
             return _run_coroutine(self.fn(arg))
+        if self.executor is not None:
+            return self.executor.submit(self.fn, arg).result()
         return self.fn(arg)
+
+
+class _Stream:
+    """A generator (sync or async) an op returned, which Go pulls value by
+    value through ``_on_next`` under its id until it ends, then releases."""
+
+    __slots__ = ("done", "encode", "gen", "is_async", "item")
+
+    def __init__(self, gen: Any, item: Any, encode: Encoder) -> None:
+        self.gen = gen
+        self.item = item  # named when a pull fails
+        self.encode = encode
+        self.is_async = inspect.isasyncgen(gen)
+        self.done = False
+
+    def next(self) -> Any:
+        """The next value; StopIteration at the end (for both kinds)."""
+        if not self.is_async:
+            return next(self.gen)
+        try:
+            return _run_coroutine(self.gen.__anext__())
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.is_async:
+            _run_coroutine(self.gen.aclose())
+        else:
+            self.gen.close()
+
+
+_streams: dict[int, _Stream] = {}
+_STREAM_BIT = 1 << 63  # set in a release callback's id for a stream (capi/python.go)
+_CALL_SKIP = 2  # the op returned None: nothing goes on
+_CALL_STREAM = 3  # the op returned a generator: out holds its stream id
+
+
+class _AsyncSource:
+    """A sync view of an async iterable source: each ``iter()`` (each
+    epoch) takes a fresh ``aiter()``, after closing the previous epoch's
+    iterator if it did not finish."""
+
+    def __init__(self, source: AsyncIterable[Any]) -> None:
+        self.source = source
+        self.current: _AsyncSourceIter | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.current is not None:
+            self.current.close()
+        self.current = _AsyncSourceIter(aiter(self.source))
+        return self.current
+
+
+class _AsyncSourceIter:
+    def __init__(self, it: AsyncIterator[Any]) -> None:
+        self.it: AsyncIterator[Any] | None = it
+
+    def __iter__(self) -> _AsyncSourceIter:
+        return self
+
+    def __next__(self) -> Any:
+        it = self.it
+        if it is None:
+            raise StopIteration
+        try:
+            return _run_coroutine(it.__anext__())  # type: ignore[arg-type]
+        except StopAsyncIteration:
+            self.close()
+            raise StopIteration from None
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """``aclose()`` the iterator once, if it has one."""
+        it, self.it = self.it, None
+        if it is not None and (aclose := getattr(it, "aclose", None)) is not None:
+            _run_coroutine(aclose())
 
 
 @dataclass
@@ -85,20 +190,22 @@ def _new_id() -> int:
         return next(_ids)
 
 
-def register_source(iterable: Iterable[Any], encode: Encoder) -> int:
+def register_source(iterable: Iterable[Any] | AsyncIterable[Any], encode: Encoder) -> int:
     """Registers a Python source; returns the id its spec names."""
     sid = _new_id()
+    if not isinstance(iterable, Iterable) and isinstance(iterable, AsyncIterable):
+        iterable = _AsyncSource(iterable)
     sources[sid] = PySource(iterable, encode)
     return sid
 
 
-def register_stage(fn: Callable[[Any], Any], encode: Encoder) -> int:
-    """Registers a Python op (sync, or async: run on this thread's loop);
-    returns the id its spec names."""
+def register_stage(fn: Callable[[Any], Any], encode: Encoder, executor: Executor | None = None) -> int:
+    """Registers a Python op (sync, or async: run on this thread's loop;
+    a generator function's values go on one by one); returns the id its
+    spec names."""
     fid = _new_id()
-    # An object whose __call__ is a coroutine function is async too.
-    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
-    stages[fid] = PyStage(fn, encode, is_async)
+    streams = is_gen_op(fn) or is_async_gen_op(fn)
+    stages[fid] = PyStage(fn, encode, is_async_op(fn), streams, executor)
     return fid
 
 
@@ -152,15 +259,38 @@ def _on_call(fn_id: int, in_ptr: int, in_len: int, out: int) -> int:
     try:
         stage = stages[fn_id]
         arg = _codec.decode(ctypes.string_at(in_ptr, in_len))
-        data = stage.encode(stage.call(arg))
-        rc = 0
+        res = stage.call(arg)
+        if res is None:
+            return _CALL_SKIP
+        if stage.streams:
+            sid = _new_id()
+            _streams[sid] = _Stream(res, arg, stage.encode)
+            data, rc = sid.to_bytes(8, "little"), _CALL_STREAM
+        else:
+            data, rc = stage.encode(res), 0
     except BaseException as e:  # noqa: BLE001 - every failure becomes the item's error
         data, rc = _error_bytes(e, arg), -1
     _lib.LIB.spdl_buf_set(out, data, len(data))
     return rc
 
 
+def _on_next_stream(st: _Stream, out: int) -> int:
+    try:
+        try:
+            item = st.next()
+        except StopIteration:
+            st.done = True
+            return 1
+        data, rc = st.encode(item), 0
+    except BaseException as e:  # noqa: BLE001
+        data, rc = _error_bytes(e, st.item), -1
+    _lib.LIB.spdl_buf_set(out, data, len(data))
+    return rc
+
+
 def _on_next(src_id: int, out: int) -> int:
+    if (st := _streams.get(src_id)) is not None:
+        return _on_next_stream(st, out)
     try:
         src = sources[src_id]
         it = src.iterator
@@ -179,6 +309,14 @@ def _on_next(src_id: int, out: int) -> int:
 
 
 def _on_release(obj_id: int) -> None:
+    if obj_id & _STREAM_BIT:
+        st = _streams.pop(obj_id ^ _STREAM_BIT, None)
+        if st is not None:
+            try:
+                st.close()  # runs the generator's finally blocks
+            except BaseException:  # noqa: BLE001, S110 - nobody to tell: the stream is gone
+                pass
+        return
     _codec.release_object(obj_id)
 
 

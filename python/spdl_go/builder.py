@@ -26,9 +26,11 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -74,13 +76,17 @@ def _check(part: str, spec: dict[str, Any]) -> None:
 @dataclass(frozen=True, slots=True)
 class SourceConfig:
     """Where items come from: a Python iterable (``iter()`` is called once
-    per epoch) or a native source from ``spdl_go.sources``."""
+    per epoch), an async iterable (a fresh ``aiter()`` each epoch, run on
+    an event loop; ``aclose()`` when it ends, fails or the next epoch
+    starts first) or a native source from ``spdl_go.sources``."""
 
-    source: Iterable[Any] | NativeSource
+    source: Iterable[Any] | AsyncIterable[Any] | NativeSource
 
     def __post_init__(self) -> None:
-        if not isinstance(self.source, NativeSource) and not isinstance(self.source, Iterable):
-            raise TypeError(f"add_source: expected an iterable or a native source, got {type(self.source).__name__}")
+        if not isinstance(self.source, (NativeSource, Iterable, AsyncIterable)):
+            raise TypeError(
+                f"add_source: expected an iterable, an async iterable or a native source, got {type(self.source).__name__}"
+            )
 
     def to_spec(self, source_id: int | None = None) -> dict[str, Any]:
         """The source's spec; a Python source names its registry id."""
@@ -93,7 +99,9 @@ class SourceConfig:
 class PipeConfig:
     """A stage that applies ``op`` to each item (see ``PipelineBuilder.pipe``).
 
-    ``name`` None means the op's name.
+    ``name`` None means the op's name. A container ``op`` (one with
+    ``__getitem__`` that is not callable: a dict, list, tuple) is kept as
+    its ``__getitem__``, so the stage is named ``"__getitem__"``.
     """
 
     op: Callable[[Any], Any] | NativeOp
@@ -103,11 +111,21 @@ class PipeConfig:
     output_order: OutputOrder = "completion"
     max_failures: int = -1
     timeout: float | None = None
+    executor: Executor | None = None
 
     def __post_init__(self) -> None:
         op = self.op
         if not isinstance(op, NativeOp) and not callable(op):
-            raise TypeError(f"pipe: op must be callable or a spdl_go.ops op, got {type(op).__name__}")
+            if not hasattr(op, "__getitem__"):
+                raise TypeError(
+                    f"pipe: op must be callable, a container (dict, list, tuple) or a spdl_go.ops op, got {type(op).__name__}"
+                )
+            op = op.__getitem__
+            object.__setattr__(self, "op", op)
+        if not isinstance(op, NativeOp):
+            _check_python_op(op, self.executor)
+        elif self.executor is not None:
+            raise ValueError("pipe: executor applies only to a Python op, not to a native op")
         if self.name is None:
             name = op.name if isinstance(op, NativeOp) else getattr(op, "__name__", type(op).__name__)
             object.__setattr__(self, "name", name)
@@ -118,12 +136,24 @@ class PipeConfig:
         """Whether the op runs in Go (a ``spdl_go.ops`` op)."""
         return isinstance(self.op, NativeOp)
 
+    @property
+    def waits(self) -> bool:
+        """Whether the Python op's calls only wait (an async op on an event
+        loop, a sync op run in ``executor``): they do not count against
+        ``build(num_threads=)``."""
+        op = self.op
+        if isinstance(op, NativeOp):
+            return False
+        return self.executor is not None or _callbacks.is_async_op(op) or _callbacks.is_async_gen_op(op)
+
     def to_spec(self, op_id: int | None = None) -> dict[str, Any]:
         """The stage's spec; a Python op names its registry id."""
         if isinstance(self.op, NativeOp):
             op = self.op.spec()
         else:
             op = {"kind": "python", "id": op_id}
+            if self.waits:
+                op["io_bound"] = True
         return {
             "kind": "pipe",
             "name": _arg(self.name),
@@ -134,6 +164,27 @@ class PipeConfig:
             "max_failures": _arg(self.max_failures),
             "op": op,
         }
+
+
+def _check_python_op(op: Callable[[Any], Any], executor: Executor | None) -> None:
+    """What only Python can see about a Python op: an async op cannot take
+    an executor, and an op must accept one positional argument."""
+    is_async = _callbacks.is_async_op(op) or _callbacks.is_async_gen_op(op)
+    if executor is not None:
+        if is_async:
+            raise ValueError("pipe: executor cannot be given with an async op (it already runs on an event loop)")
+        if not isinstance(executor, Executor):
+            raise TypeError(f"pipe: executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
+    try:
+        sig = inspect.signature(op)
+    except (TypeError, ValueError):
+        return  # some builtins have no signature: they will tell at the first call
+    try:
+        sig.bind(None)
+    except TypeError as e:
+        raise TypeError(
+            f"pipe: op {getattr(op, '__name__', op)!r} must accept one positional argument (the item): {e}"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +309,7 @@ def _launch(config: PipelineConfig) -> Pipeline:
     for i, st in enumerate(config.stages):
         fid: int | None = None
         if isinstance(st, PipeConfig) and not isinstance(st.op, NativeOp):
-            fid = _callbacks.register_stage(st.op, _callbacks.make_encoder(*config.encoding(i + 1)))
+            fid = _callbacks.register_stage(st.op, _callbacks.make_encoder(*config.encoding(i + 1)), st.executor)
             function_ids.append(fid)
         op_ids.append(fid)
     return Pipeline(config.to_spec(source_id, op_ids), source_ids, function_ids, config.build.report_interval)
@@ -285,9 +336,12 @@ class PipelineBuilder:
         self._stages: list[StageConfig] = []
         self._sink = SinkConfig()
 
-    def add_source(self, source: Iterable[Any] | NativeSource) -> PipelineBuilder:
+    def add_source(self, source: Iterable[Any] | AsyncIterable[Any] | NativeSource) -> PipelineBuilder:
         """Sets the source: any Python iterable (``iter()`` is called once per
-        epoch) or a native source from ``spdl_go.sources``."""
+        epoch), an async iterable (a fresh ``aiter()`` per epoch, iterated on
+        an event loop and ``aclose()``-d when it ends, fails, or is left
+        unfinished when the next epoch starts) or a native source from
+        ``spdl_go.sources``."""
         if self._source is not None:
             raise ValueError("add_source was already called; a pipeline has one source")
         self._source = SourceConfig(source)
@@ -295,7 +349,7 @@ class PipelineBuilder:
 
     def pipe(
         self,
-        op: Callable[[Any], Any] | NativeOp,
+        op: Callable[[Any], Any] | NativeOp | Any,
         *,
         concurrency: int | Literal["auto"] = 1,
         max_concurrency: int | None = None,
@@ -303,11 +357,22 @@ class PipelineBuilder:
         output_order: OutputOrder = "completion",
         max_failures: int = -1,
         timeout: float | None = None,
+        executor: Executor | None = None,
     ) -> PipelineBuilder:
         """Adds a stage that applies ``op`` to each item.
 
         Args:
-            op: A Python callable (sync or async) or a native op from ``spdl_go.ops``.
+            op: A Python callable taking one argument (a function, an async
+                function, a generator or async generator function), a
+                container (dict, list, tuple: the stage applies
+                ``op[item]``, and a missing key fails the item), or a native
+                op from ``spdl_go.ops``. A result of None passes nothing on
+                for that item. Each value a generator yields goes on as its
+                own item as soon as it is yielded (with
+                ``output_order="input"``, those of one input stay together,
+                in the input's place). Async ops run on an event loop per
+                worker thread, ``concurrency`` at once, and do not count
+                against ``build(num_threads=)``.
             concurrency: How many items the stage works on at once, or
                 ``"auto"``: the engine starts the stage at its share of
                 ``build(cpu_budget=)``, measures its throughput while it
@@ -332,6 +397,12 @@ class PipelineBuilder:
                 the stage goes on with a fresh thread, ``stop()`` does not
                 wait for it, and its result, if it ever returns, is dropped
                 (``stats()`` counts these as ``abandoned``). None: no limit.
+                A generator's values after its first call are not timed.
+            executor: A ``concurrent.futures.Executor`` (thread or process
+                pool) to run a sync ``op`` in: the stage's thread waits on
+                the future without holding the GIL, and such calls do not
+                count against ``build(num_threads=)``. Not allowed with an
+                async op.
         """
         self._stages.append(
             PipeConfig(
@@ -342,6 +413,7 @@ class PipelineBuilder:
                 output_order=output_order,
                 max_failures=max_failures,
                 timeout=timeout,
+                executor=executor,
             )
         )
         return self
@@ -370,6 +442,7 @@ class PipelineBuilder:
         queue_size: int | None = None,
         report_interval: float | None = None,
         cpu_budget: int | None = None,
+        report_stats_interval: float | None = None,
     ) -> Pipeline:
         """Builds the pipeline (it starts on first iteration or ``start()``).
 
@@ -381,12 +454,19 @@ class PipelineBuilder:
             queue_size: Capacity of the queue between two stages.
             report_interval: If set, log ``stats().format()`` (logger
                 "spdl_go", level INFO) every this many seconds while an
-                epoch runs.
+                epoch runs. An alias of ``report_stats_interval``.
+            report_stats_interval: SPDL's name for ``report_interval``
+                (give one of them); a value <= 0 (SPDL's default -1)
+                means no reports.
             cpu_budget: The most threads all ``concurrency="auto"`` stages
                 may use together; None means ``os.cpu_count()``.
         """
         if self._source is None:
             raise ValueError("build: add_source was not called")
+        if report_stats_interval is not None:
+            if report_interval is not None:
+                raise TypeError("build: give report_stats_interval or its alias report_interval, not both")
+            report_interval = report_stats_interval if report_stats_interval > 0 else None
         settings = BuildConfig(
             num_threads=num_threads,
             max_failures=max_failures,

@@ -131,7 +131,8 @@ def test_every_option(capture):
         p.data,
         {
             "stages": [
-                _pipe("a", {"kind": "python", "id": a}, timeout_s=1.5, max_failures=3),
+                # An async op only waits: it takes no num_threads token.
+                _pipe("a", {"kind": "python", "id": a, "io_bound": True}, timeout_s=1.5, max_failures=3),
                 _pipe("Callable", {"kind": "python", "id": c}, concurrency="auto", max_concurrency=3),
                 {"kind": "aggregate", "num_items": 2, "drop_last": True},
                 {"kind": "disaggregate"},
