@@ -42,7 +42,7 @@
 //     []any; any other item fails.
 //
 // An epoch begins with Start (which calls Source.Open) and ends when Next
-// has returned ErrEndOfData or a fatal error, or with Stop; Start then
+// has returned ErrEndOfData or a fatal error, or with Stop or Halt; Start then
 // begins the next epoch on the same pipeline. Counters in Stats are per
 // epoch. Stats also give each pipe stage's Op.Process latency percentiles
 // (p50/p90/p99, from a lock-free histogram), throughput and busy fraction,
@@ -56,14 +56,25 @@
 // gets a non-list, or when Config.SinkEncode returns an error or panics.
 // The item is dropped, the failure is counted and its *ItemError is kept
 // in Stats.RecentErrors; a failure of Config.SinkEncode is the sink's and
-// counts only against Config.MaxFailures. A stage that has failed more
-// than its MaxFailures items, or a pipeline more than Config.MaxFailures,
-// fails with a *FailureLimitError. Note that the zero
-// value of MaxFailures is 0, which tolerates no failure; -1 is unlimited.
-// A Source error (Open, Next, Close, or a panic in one of them) is fatal as
-// a *SourceError. The first fatal error wins: it cancels the epoch, Next
-// returns it at once (items still buffered are released, not delivered)
-// and on every call until the next Start, and Stats.Error shows it.
+// counts only against the pipeline's limit. A stage that fails more items
+// than its limit allows, or a pipeline more than its own, fails with a
+// *FailureLimitError (limits.go: counts and rates, and which limit holds a
+// stage). Note that the zero value of MaxFailures is 0, which tolerates no
+// failure; -1 is unlimited. A Source error (Open, Next, Close, or a panic
+// in one of them) is fatal as a *SourceError.
+//
+// A fatal error keeps what was produced. The failing stage takes no more
+// items (its calls in flight finish and pass on their results), the stages
+// and source upstream of it are cancelled, and the stages downstream pass
+// on everything they hold, in the order they produce it, into the sink.
+// Next returns those items, then the first fatal error, which it repeats on
+// every call until the next Start (also after Stop). Err returns it as
+// soon as it happens, Errors every fatal error of the epoch (a stage
+// downstream can exceed its own limit while it drains), and Stats.Error
+// shows it. Stop still stops everything at once; Halt stops everything but
+// leaves the sink's items for Next. An error that implements
+// ErrorReleaser (a host's exception kept to be re-raised) is released once
+// the engine will not report it.
 //
 // # Ownership
 //
@@ -89,7 +100,7 @@
 //
 // # Concurrency
 //
-// Next, Stop and Stats are safe to call from any goroutine, at any time,
+// Next, Stop, Halt, Err and Stats are safe to call from any goroutine, at any time,
 // concurrently with each other and with Start; several goroutines may call
 // Next at once (each item goes to one of them). Start and Stop are
 // serialised. Stop is safe before Start and twice; it cancels the epoch,

@@ -90,18 +90,19 @@ func (w *worker) drain(s Stream) fate {
 		tokens = nil
 	}
 	for {
-		if tokens != nil && !send(tokens, struct{}{}, ep.done) {
+		if tokens != nil && !send(tokens, struct{}{}, w.done) {
 			return fateEnd
 		}
 		t0 := time.Now()
-		v, ok, err := safePull(ep.ctx, s)
+		v, ok, err := safePull(w.ctx, s)
 		sl.busy.Add(int64(time.Since(t0)))
 		if tokens != nil {
 			<-tokens
 		}
 		switch {
 		case err != nil:
-			if isDone(ep.done) {
+			if isDone(w.done) {
+				releaseErr(err)
 				return fateEnd
 			}
 			return w.failed(describeFailed(s, err), err)

@@ -17,8 +17,8 @@ type status int32
 const (
 	statusRunning status = iota
 	statusDone           // Next saw the end of data
-	statusFailed         // a fatal error; err is set
-	statusStopped        // Stop was called
+	statusFailed         // Next saw the end of data after a fatal error; err is set
+	statusStopped        // Stop or Halt was called
 )
 
 func (s status) String() string {
@@ -30,17 +30,31 @@ func (s status) String() string {
 // resetting and Stats never mixes two epochs.
 type epoch struct {
 	p      *Pipeline
-	parent context.Context    // cancelled by cancel; the errgroup's ctx derives from it
-	cancel context.CancelFunc // Stop, a fatal error, or the waiter at the end
-	ctx    context.Context    // the errgroup's; ops and the iterator get it
+	parent context.Context    // cancelled by cancel; every stage's ctx derives from it
+	cancel context.CancelFunc // Stop, or the waiter at the end
+	ctx    context.Context    // parent: the tuner watches it
 	done   <-chan struct{}    // ctx.Done(), fetched once
 
-	// status leaves statusRunning once; mu makes the first transition win
-	// and err visible to whoever then loads the status.
-	status atomic.Int32
-	mu     sync.Mutex
-	err    error
-	halted chan struct{} // closed on statusFailed or statusStopped
+	// ctxs[0] is the source's, ctxs[i+1] stage i's; each derives from the
+	// next one downstream (the last stage's from parent), so cancelling
+	// one stops that stage and everything upstream of it while the stages
+	// downstream drain what they hold (see failAt).
+	ctxs    []context.Context
+	cancels []context.CancelFunc
+
+	// status leaves statusRunning once; mu makes the first transition win.
+	// err (the first fatal error) and errs (every fatal error, err first)
+	// are written under mu, and failed is set after them.
+	status   atomic.Int32
+	mu       sync.Mutex
+	err      error
+	errs     []error
+	failed   atomic.Bool
+	dropSink atomic.Bool   // Stop: items left in the sink are released, not delivered
+	halted   chan struct{} // closed on statusFailed or statusStopped
+	lastFail atomic.Pointer[ItemError]
+	calls    atomic.Int64 // invocations over all stages; counted only under a pipeline rate limit
+	over     atomic.Bool  // the pipeline's limit was reported (limits.go)
 
 	finished chan struct{} // closed when every goroutine has returned
 	queues   []chan any    // queues[i]: output of the source (i=0) or of stage i-1; the last is sink
@@ -74,6 +88,9 @@ type stageCounters struct {
 	workersDone chan struct{}
 	gate        chan struct{} // AutoConcurrency stages; see autotune.go
 	abandoned   atomic.Int64  // calls abandoned after a timeout; see timeout.go
+	calls       atomic.Int64  // invocations; counted only under the stage's own rate limit (limits.go)
+	stopped     atomic.Bool   // the stage failed: it takes no more items (epoch.failAt)
+	over        atomic.Bool   // the stage's limit was reported (limits.go)
 	onDone      func()        // called after workersDone is closed; may be nil
 }
 
@@ -132,14 +149,22 @@ func newEpoch(p *Pipeline, parent context.Context, cancel context.CancelFunc) *e
 	if p.cfg.NumThreads > 0 {
 		ep.tokens = make(chan struct{}, p.cfg.NumThreads)
 	}
+	ep.ctx, ep.done = parent, parent.Done()
+	ep.ctxs, ep.cancels = make([]context.Context, n+1), make([]context.CancelFunc, n+1)
+	up := parent
+	for i := n; i >= 0; i-- {
+		ep.ctxs[i], ep.cancels[i] = context.WithCancel(up)
+		up = ep.ctxs[i]
+	}
 	return ep
 }
 
 // launch starts every goroutine of the epoch under one errgroup, and the
 // waiter that owns them: it waits, drains the queues and closes the sink.
 func (ep *epoch) launch(it Iterator) {
-	g, ctx := errgroup.WithContext(ep.parent)
-	ep.ctx, ep.done = ctx, ctx.Done()
+	// No errgroup context: a fatal error stops only its stage and those
+	// upstream (failAt), and Stop cancels parent.
+	var g errgroup.Group
 	last := len(ep.p.stages) - 1
 	var auto []*autoWindow
 	for i := range ep.p.stages {
@@ -178,7 +203,8 @@ func (ep *epoch) launch(it Iterator) {
 		ws = append(ws, w)
 		return &ws[len(ws)-1]
 	}
-	src := add(worker{ep: ep, s: &sourceInfo, c: ep.counters[0], sl: &ep.counters[0].slots[0], out: ep.queues[0], closeOut: last >= 0})
+	src := add(worker{ep: ep, s: &sourceInfo, c: ep.counters[0], sl: &ep.counters[0].slots[0], out: ep.queues[0], closeOut: last >= 0,
+		at: 0, ctx: ep.ctxs[0], done: ep.ctxs[0].Done()})
 	if last < 0 {
 		src.sink = ep.p.cfg.SinkEncode
 	}
@@ -186,7 +212,8 @@ func (ep *epoch) launch(it Iterator) {
 	for i := range ep.p.stages {
 		s := &ep.p.stages[i]
 		c := ep.counters[i+1]
-		w := worker{ep: ep, s: s, c: c, in: ep.queues[i], out: ep.queues[i+1], closeOut: i != last}
+		w := worker{ep: ep, s: s, c: c, in: ep.queues[i], out: ep.queues[i+1], closeOut: i != last,
+			at: i + 1, ctx: ep.ctxs[i+1], done: ep.ctxs[i+1].Done()}
 		if i == last {
 			w.sink = ep.p.cfg.SinkEncode
 		}
@@ -213,52 +240,84 @@ func (ep *epoch) launch(it Iterator) {
 		}
 	}
 	go func() {
-		_ = g.Wait() // the fatal error, if any, is already in ep.err
+		_ = g.Wait() // the fatal errors, if any, are already in ep.errs
 		ep.elapsed.Store(int64(time.Since(ep.start)))
 		// Every producer has returned and closed its channel, so these
-		// loops end. Items here exist only after a cancellation.
+		// loops end. Items here exist only after a cancellation (of the
+		// epoch, or of the stages upstream of a failure).
 		for _, q := range ep.queues[:len(ep.queues)-1] {
 			for v := range q {
 				release(v)
 			}
 		}
 		close(ep.sink)
-		if s := status(ep.status.Load()); s == statusFailed || s == statusStopped {
-			ep.drainSink()
+		if ep.dropSink.Load() {
+			ep.drainSink() // a StopWithin that gave up waiting
 		}
 		ep.cancel()
 		close(ep.finished)
 	}()
 }
 
-// halt moves the epoch out of statusRunning, cancelling it when it failed
-// or was stopped. The first call wins; it reports whether it did.
-func (ep *epoch) halt(s status, err error) bool {
+// halt moves the epoch out of statusRunning; the first call wins and
+// reports whether it did. Stopping cancels the whole epoch.
+func (ep *epoch) halt(s status) bool {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if status(ep.status.Load()) != statusRunning {
 		return false
 	}
-	ep.err = err
 	ep.status.Store(int32(s))
 	if s != statusDone {
 		close(ep.halted)
+	}
+	if s == statusStopped {
 		ep.cancel()
 	}
 	return true
 }
 
-// fail records a fatal error (if it is the first) and cancels the epoch.
-// It returns err so that goroutines can `return ep.fail(err)`.
-func (ep *epoch) fail(err error) error {
-	ep.halt(statusFailed, err)
+// failAt records a fatal error at index at (0 the source, i+1 stage i):
+// everything upstream of it is cancelled, the failing stage takes no more
+// items (its calls in flight finish and pass their results on), and the
+// stages downstream pass on what they hold; the sink keeps it for Next,
+// which returns the first fatal error after the last item. It returns err
+// so that goroutines can `return ep.failAt(w.at, err)`.
+func (ep *epoch) failAt(at int, err error) error {
+	ep.mu.Lock()
+	if ep.err == nil {
+		ep.err = err
+	}
+	ep.errs = append(ep.errs, err)
+	ep.failed.Store(true)
+	ep.mu.Unlock()
+	ep.counters[at].stopped.Store(true)
+	ep.cancels[max(at-1, 0)]()
 	return err
 }
 
-// haltErr is what Next returns once the epoch failed or was stopped.
+// firstErr is the epoch's first fatal error, or nil.
+func (ep *epoch) firstErr() error {
+	if !ep.failed.Load() {
+		return nil
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.err
+}
+
+// allErrs is every fatal error of the epoch, the first first.
+func (ep *epoch) allErrs() []error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return append([]error(nil), ep.errs...)
+}
+
+// haltErr is what Next returns once the sink is empty and the epoch ended
+// other than by its end of data: the first fatal error, or errStopped.
 func (ep *epoch) haltErr() error {
-	if status(ep.status.Load()) == statusFailed {
-		return ep.err
+	if err := ep.firstErr(); err != nil {
+		return err
 	}
 	return errStopped
 }
@@ -266,7 +325,7 @@ func (ep *epoch) haltErr() error {
 // take turns a receive from the sink into Next's result.
 func (ep *epoch) take(v any, ok bool) (any, error) {
 	if ok {
-		if s := status(ep.status.Load()); s == statusFailed || s == statusStopped {
+		if ep.dropSink.Load() {
 			release(v)
 			return nil, ep.haltErr()
 		}
@@ -275,11 +334,31 @@ func (ep *epoch) take(v any, ok bool) (any, error) {
 		return v, nil
 	}
 	// The waiter closed the sink after every goroutine returned.
-	ep.halt(statusDone, nil)
+	if ep.failed.Load() {
+		ep.halt(statusFailed)
+	} else {
+		ep.halt(statusDone)
+	}
 	if status(ep.status.Load()) == statusDone {
 		return nil, ErrEndOfData
 	}
 	return nil, ep.haltErr()
+}
+
+// discard releases what the epoch keeps for reporting: its fatal errors
+// and its last item failure.
+func (ep *epoch) discard() {
+	errs := ep.allErrs()
+	last := ep.lastFail.Swap(nil)
+	for _, err := range errs {
+		if fl, ok := err.(*FailureLimitError); ok && fl.Last == last {
+			last = nil
+		}
+		releaseErr(err)
+	}
+	if last != nil {
+		releaseErr(last.Err)
+	}
 }
 
 // drainSink releases what is left in the closed sink. Concurrent Next
@@ -290,21 +369,25 @@ func (ep *epoch) drainSink() {
 	}
 }
 
-// itemFailed records a failed item and returns a fatal error if a failure
-// limit is exceeded.
+// itemFailed records a failed item and returns the fatal error (for the
+// caller to failAt) if that exceeds a failure limit. The last failure's
+// error is kept until the next one (or the epoch's end) and then released
+// (ErrorReleaser).
 func (ep *epoch) itemFailed(s *stageInfo, c *stageCounters, item string, err error) error {
 	ie := &ItemError{Stage: s.Name, Item: item, Err: err, where: s.where}
-	sf := c.failures.Add(1)
-	tf := ep.failures.Add(1)
+	// Kept before the counts (whoever sees them sees ie), to name in a
+	// limit crossed without a failure; the one it replaces is done with.
+	if prev := ep.lastFail.Swap(ie); prev != nil {
+		releaseErr(prev.Err)
+	}
+	c.failures.Add(1)
+	ep.failures.Add(1)
 	ep.recentMu.Lock()
 	ep.recent[ep.recentN%maxRecent] = ie.Error()
 	ep.recentN++
 	ep.recentMu.Unlock()
-	if s.MaxFailures >= 0 && sf > int64(s.MaxFailures) {
-		return ep.fail(&FailureLimitError{Stage: s.Name, Failures: int(sf), Limit: s.MaxFailures, Last: ie})
-	}
-	if m := ep.p.cfg.MaxFailures; m >= 0 && tf > int64(m) {
-		return ep.fail(&FailureLimitError{Failures: int(tf), Limit: m, Last: ie})
+	if ferr := ep.overLimit(s, c, ie); ferr != nil {
+		return ferr
 	}
 	return nil
 }
@@ -364,14 +447,19 @@ func (w *worker) runSource(it Iterator) (err error) {
 		}
 	}()
 	defer func() {
-		if cerr := safeClose(it); cerr != nil && !isDone(ep.done) {
-			err = ep.fail(&SourceError{Err: cerr})
+		if cerr := safeClose(it); cerr != nil {
+			if isDone(w.done) {
+				releaseErr(cerr)
+			} else {
+				err = ep.failAt(w.at, &SourceError{Err: cerr})
+			}
 		}
 	}()
 	for {
-		v, err := safeNext(ep.ctx, it)
+		v, err := safeNext(w.ctx, it)
 		if err != nil {
-			if errors.Is(err, io.EOF) || isDone(ep.done) {
+			if errors.Is(err, io.EOF) || isDone(w.done) {
+				releaseErr(err)
 				return nil
 			}
 			var f *ItemFailure
@@ -381,7 +469,7 @@ func (w *worker) runSource(it Iterator) (err error) {
 				}
 				continue
 			}
-			return ep.fail(&SourceError{Err: err})
+			return ep.failAt(w.at, &SourceError{Err: err})
 		}
 		switch w.pass(v) {
 		case fateDropped:

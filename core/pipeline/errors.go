@@ -70,12 +70,16 @@ func (e *PanicError) Unwrap() error {
 }
 
 // FailureLimitError is fatal: a stage (Stage != "") or the whole pipeline
-// (Stage == "") failed more items than its MaxFailures allows.
+// (Stage == "") failed more items than its limit allows (limits.go).
 type FailureLimitError struct {
-	Stage    string // "" for the pipeline-wide limit (Config.MaxFailures)
+	Stage    string // "" for the pipeline-wide limit (Config.MaxFailures or MaxFailureRate)
 	Failures int
-	Limit    int
-	Last     *ItemError // the failure that crossed the limit
+	Limit    int  // a count limit
+	Rate     Rate // a rate limit (Rate.IsSet); Limit is then unused
+	Calls    int  // with a rate: the invocations it was measured over
+	// Last is the failure that crossed the limit; with a rate crossed by
+	// an invocation that succeeded, the last failure before it (or nil).
+	Last *ItemError
 }
 
 func (e *FailureLimitError) Error() string {
@@ -84,6 +88,10 @@ func (e *FailureLimitError) Error() string {
 		who = fmt.Sprintf("stage %q", e.Stage)
 	}
 	s := fmt.Sprintf("%s exceeded max_failures=%d (%d failures)", who, e.Limit, e.Failures)
+	if e.Rate.IsSet() {
+		s = fmt.Sprintf("%s exceeded max_failures=%s (%d failures in %d calls: %.1f%% > %.1f%%)", who, e.Rate,
+			e.Failures, e.Calls, 100*float64(e.Failures)/float64(max(e.Calls, 1)), 100*float64(e.Rate.Num)/float64(e.Rate.Den))
+	}
 	if e.Last != nil {
 		s += "; last: " + e.Last.Error()
 	}

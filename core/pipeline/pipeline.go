@@ -157,6 +157,13 @@ type StageConfig struct {
 	// MaxFailures is how many item failures this stage tolerates in an
 	// epoch; -1 = unlimited, 0 = none (the first failure is fatal).
 	MaxFailures int
+	// MaxFailureRate, if set, limits the stage by its rate of failures
+	// instead (limits.go); it is a limit of the stage's own.
+	MaxFailureRate Rate
+	// OwnLimit: MaxFailures is the stage's own limit and replaces the
+	// pipeline's for it (SPDL's pipe(max_failures=N)); its failures still
+	// count in the pipeline's total. Without it the stage is held to both.
+	OwnLimit bool
 }
 
 // Config describes a pipeline.
@@ -166,7 +173,10 @@ type Config struct {
 	BufferSize  int // sink prefetch buffer, >= 1
 	QueueSize   int // capacity of each channel between stages; 0 means 2
 	MaxFailures int // item failures over all stages per epoch; -1 = unlimited, 0 = none
-	NumThreads  int // cap on Ops running at once across all pipe stages; 0 = no cap
+	// MaxFailureRate, if set, replaces MaxFailures: the pipeline fails when
+	// its rate of failures exceeds it (limits.go).
+	MaxFailureRate Rate
+	NumThreads     int // cap on Ops running at once across all pipe stages; 0 = no cap
 	// CPUBudget caps the workers that AutoConcurrency stages run, all
 	// together; 0 means runtime.NumCPU().
 	CPUBudget int
@@ -215,6 +225,8 @@ type stageInfo struct {
 	StageConfig        // normalized; Concurrency is the worker count (MaxConcurrency for an auto stage)
 	where       string // "pipe 1", for error messages
 	ioBound     bool   // Op is IOBound: its calls take no NumThreads token
+	own         bool   // its limit replaces the pipeline's (limits.go)
+	watch       bool   // counts its invocations and checks its limits after each (limits.go)
 	tuner       *tuner // AutoConcurrency stages only
 }
 
@@ -235,6 +247,9 @@ func New(cfg Config) (*Pipeline, error) {
 	}
 	if cfg.MaxFailures < -1 {
 		return nil, fmt.Errorf("pipeline: Config.MaxFailures must be >= -1 (-1 = unlimited), got %d", cfg.MaxFailures)
+	}
+	if cfg.MaxFailureRate.IsSet() && !cfg.MaxFailureRate.valid() {
+		return nil, fmt.Errorf("pipeline: Config.MaxFailureRate must be in (0, 1], got %v", cfg.MaxFailureRate)
 	}
 	if cfg.NumThreads < 0 {
 		return nil, fmt.Errorf("pipeline: Config.NumThreads must be >= 0 (0 = no cap), got %d", cfg.NumThreads)
@@ -311,6 +326,9 @@ func New(cfg Config) (*Pipeline, error) {
 		if sc.MaxFailures < -1 {
 			return nil, bad("MaxFailures must be >= -1 (-1 = unlimited), got %d", sc.MaxFailures)
 		}
+		if sc.MaxFailureRate.IsSet() && !sc.MaxFailureRate.valid() {
+			return nil, bad("MaxFailureRate must be in (0, 1], got %v", sc.MaxFailureRate)
+		}
 		name := sc.Name
 		if name == "" {
 			name = fmt.Sprintf("%s_%d", sc.Kind, i)
@@ -320,7 +338,8 @@ func New(cfg Config) (*Pipeline, error) {
 		}
 		taken[name] = true
 		sc.Name = name
-		p.stages[i] = stageInfo{StageConfig: sc, where: fmt.Sprintf("%s %d", sc.Kind, i)}
+		p.stages[i] = stageInfo{StageConfig: sc, where: fmt.Sprintf("%s %d", sc.Kind, i), own: sc.OwnLimit || sc.MaxFailureRate.IsSet()}
+
 		if io, ok := sc.Op.(IOBound); ok && io.WaitsOnIO() {
 			p.stages[i].ioBound = true
 		}
@@ -328,6 +347,13 @@ func New(cfg Config) (*Pipeline, error) {
 			p.stages[i].tuner = &tuner{max: sc.MaxConcurrency, limit: sc.Concurrency, status: "not started"}
 			p.stages[i].Concurrency = sc.MaxConcurrency
 		}
+	}
+	anyOwn := false
+	for i := range p.stages {
+		anyOwn = anyOwn || p.stages[i].own
+	}
+	for i := range p.stages {
+		p.stages[i].watch = watchLimits(&p.stages[i], &cfg, anyOwn)
 	}
 	return p, nil
 }
@@ -355,9 +381,11 @@ func (p *Pipeline) Start() error {
 		if status(old.status.Load()) == statusRunning {
 			return fmt.Errorf("pipeline: epoch %d is still running; read until ErrEndOfData or call Stop", p.epochs.Load())
 		}
+		old.dropSink.Store(true)
 		old.cancel()
 		<-old.finished
 		old.drainSink()
+		old.discard()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ep := newEpoch(p, ctx, cancel)
@@ -367,7 +395,7 @@ func (p *Pipeline) Start() error {
 	if err != nil {
 		// The epoch fails before it runs: Next and Stats report the
 		// error, not the state of the epoch before.
-		err = ep.fail(&SourceError{Err: err})
+		err = ep.failAt(0, &SourceError{Err: err})
 		ep.elapsed.Store(int64(time.Since(ep.start)))
 		close(ep.sink)
 		close(ep.finished)
@@ -394,10 +422,11 @@ func openSource(ctx context.Context, src Source) (it Iterator, err error) {
 // waits until an item comes or ctx is done; timeout == 0 only takes an item
 // that is ready. It returns ErrEndOfData after the last item, ErrTimeout
 // when nothing came in time (the epoch goes on), ErrNotStarted when no
-// epoch runs (never started, or stopped), ctx.Err() when ctx is done, or
-// the epoch's fatal error; the end and the fatal error repeat on every call
-// until the next Start. A fatal error is returned as soon as it happens:
-// items still buffered are released, not delivered.
+// epoch runs (never started, or stopped, after the items Halt left),
+// ctx.Err() when ctx is done, or the epoch's first fatal error after the
+// last item the failure left (see the package doc); the end and the fatal
+// error repeat on every call until the next Start, and the fatal error
+// also after Stop.
 func (p *Pipeline) Next(ctx context.Context, timeout time.Duration) (any, error) {
 	ep := p.cur.Load()
 	if ep == nil {
@@ -428,7 +457,13 @@ func (p *Pipeline) Next(ctx context.Context, timeout time.Duration) (any, error)
 	case v, ok := <-ep.sink:
 		return ep.take(v, ok)
 	case <-ep.halted:
-		return nil, ep.haltErr()
+		// Stopped: what Halt left in the sink comes first.
+		select {
+		case v, ok := <-ep.sink:
+			return ep.take(v, ok)
+		default:
+			return nil, ep.haltErr()
+		}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-expired:
@@ -439,10 +474,52 @@ func (p *Pipeline) Next(ctx context.Context, timeout time.Duration) (any, error)
 // Stop cancels the epoch, waits until every goroutine of the pipeline has
 // returned, and releases the items left in queues and in the prefetch
 // buffer. It is safe before Start, twice, and concurrently with any method.
-// It returns nil: a fatal error is reported by Next and Stats, and Stop
-// after a failure or the end of data keeps that state.
+// It returns nil: a fatal error is reported by Next, Err and Stats, and
+// Stop after a failure or the end of data keeps that state.
 func (p *Pipeline) Stop() error {
-	p.StopWithin(-1)
+	p.stop(-1, true)
+	return nil
+}
+
+// Close is Stop, then it releases what the pipeline keeps to report the
+// last epoch's failure (see ErrorReleaser). Use it when done with the
+// pipeline; after Close, Next, Err and Errors report nothing useful.
+func (p *Pipeline) Close() {
+	p.stop(-1, true)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ep := p.cur.Load(); ep != nil {
+		ep.discard()
+	}
+}
+
+// Halt is Stop, except that the items already in the prefetch buffer stay
+// there for Next, which returns them, then the epoch's fatal error if it
+// had one, else ErrNotStarted. The next Start or Stop releases what is
+// left. SPDL's stop() is this: a consumer may still read what was
+// produced.
+func (p *Pipeline) Halt() {
+	p.stop(-1, false)
+}
+
+// Err returns the first fatal error of the current (or last) epoch, or
+// nil. It is set as soon as the error happens, while the stages
+// downstream of it still pass on what they hold; Next returns it after the
+// last item.
+func (p *Pipeline) Err() error {
+	if ep := p.cur.Load(); ep != nil {
+		return ep.firstErr()
+	}
+	return nil
+}
+
+// Errors returns every fatal error of the current (or last) epoch, the
+// first first: a stage downstream of a failure can exceed its own limit
+// while it drains.
+func (p *Pipeline) Errors() []error {
+	if ep := p.cur.Load(); ep != nil {
+		return ep.allErrs()
+	}
 	return nil
 }
 
@@ -452,13 +529,20 @@ func (p *Pipeline) Stop() error {
 // takes. It is for shutting down at process exit, where an op stuck in
 // foreign code (a Python call blocked forever) must not hang the process.
 func (p *Pipeline) StopWithin(d time.Duration) bool {
+	return p.stop(d, true)
+}
+
+func (p *Pipeline) stop(d time.Duration, drop bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ep := p.cur.Load()
 	if ep == nil {
 		return true
 	}
-	ep.halt(statusStopped, nil)
+	if drop {
+		ep.dropSink.Store(true)
+	}
+	ep.halt(statusStopped)
 	ep.cancel()
 	if d < 0 {
 		<-ep.finished
@@ -471,7 +555,9 @@ func (p *Pipeline) StopWithin(d time.Duration) bool {
 			return false // the waiter drains the sink once they return
 		}
 	}
-	ep.drainSink()
+	if drop {
+		ep.drainSink()
+	}
 	return true
 }
 

@@ -46,12 +46,12 @@ func newReorder(window int) *reorder {
 
 // orderedOne takes, runs and completes one item of an ordered stage.
 func (w *worker) orderedOne() fate {
-	ep, r := w.ep, w.r
-	if !send(r.window, struct{}{}, ep.done) {
+	r := w.r
+	if !send(r.window, struct{}{}, w.done) {
 		return fateEnd
 	}
 	r.rmu.Lock()
-	v, ok := recv(w.in, ep.done)
+	v, ok := recv(w.in, w.done)
 	seq := r.next
 	if ok {
 		r.next++
@@ -62,7 +62,7 @@ func (w *worker) orderedOne() fate {
 		return fateEnd
 	}
 	w.sl.in.Add(1)
-	if isDone(ep.done) {
+	if w.ended() {
 		release(v)
 		w.complete(seq, nil, false)
 		return fateEnd
@@ -118,7 +118,7 @@ func (w *worker) complete(seq uint64, v any, ok bool) fate {
 				res = fateFatal
 			}
 		} else if ready {
-			if send(w.out, v, w.ep.done) {
+			if send(w.out, v, w.done) {
 				w.sl.out.Add(1)
 				w.sl.occ.Add(int64(len(w.out)))
 			} else {
@@ -141,12 +141,12 @@ func (w *worker) runAggregate() error {
 	size := w.s.Size
 	batch := make(value.List, 0, size)
 	for {
-		v, ok := recv(w.in, w.ep.done)
+		v, ok := recv(w.in, w.done)
 		if !ok {
 			if len(batch) == 0 {
 				return nil
 			}
-			if w.s.DropLast || isDone(w.ep.done) {
+			if w.s.DropLast || isDone(w.done) {
 				release(batch)
 				return nil
 			}
@@ -155,6 +155,10 @@ func (w *worker) runAggregate() error {
 		}
 		w.sl.in.Add(1)
 		batch = append(batch, v)
+		if w.invoked(true) == fateFatal {
+			release(batch)
+			return w.err
+		}
 		if len(batch) < size {
 			continue
 		}
@@ -174,7 +178,7 @@ func (w *worker) runDisaggregate() error {
 		defer close(w.out)
 	}
 	for {
-		v, ok := recv(w.in, w.ep.done)
+		v, ok := recv(w.in, w.done)
 		if !ok {
 			return nil
 		}
@@ -190,10 +194,15 @@ func (w *worker) runDisaggregate() error {
 		default:
 			item := value.Describe(v) // ours: the engine owns v here
 			release(v)
+			w.invoked(false)
 			if w.failed(item, fmt.Errorf("disaggregate needs a list or tuple, got %T", v)) == fateFatal {
 				return w.err
 			}
 			continue
+		}
+		if w.invoked(true) == fateFatal {
+			release(v)
+			return w.err
 		}
 		for i, e := range elems {
 			switch w.pass(e) {

@@ -72,8 +72,8 @@ type SinkStats struct {
 func (ep *epoch) stats(st *Stats) {
 	s := status(ep.status.Load())
 	st.State = s.String()
-	if s == statusFailed {
-		st.Error = ep.err.Error() // err is written before the status store
+	if err := ep.firstErr(); err != nil {
+		st.State, st.Error = statusFailed.String(), err.Error()
 	}
 	st.ElapsedNs = ep.elapsed.Load()
 	if st.ElapsedNs == 0 {

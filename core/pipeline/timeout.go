@@ -88,9 +88,9 @@ var errCallLost = errors.New("pipeline: call abandoned")
 
 // timed runs the op on v under the stage's Timeout, for w.call.
 func (w *worker) timed(v any, seq uint64) (any, error) {
-	ep, s, is := w.ep, w.s, w.is
+	s, is := w.s, w.is
 	tc := &timedCall{desc: describeOwned(v), seq: seq}
-	ctx, cancel := context.WithCancel(ep.ctx)
+	ctx, cancel := context.WithCancel(w.ctx)
 	defer cancel()
 	grace := graceAfter(s.Timeout)
 	// Armed only once tc.timer is set, which the callback reads.
@@ -110,13 +110,15 @@ func (w *worker) timed(v any, seq uint64) (any, error) {
 		if err == nil {
 			release(out) // the item already failed; nobody takes this
 		}
+		releaseErr(err)
 		return nil, errCallLost
 	}
 	is.cur.Store(nil)
-	if tc.expired.Load() && !isDone(ep.done) {
+	if tc.expired.Load() && !isDone(w.done) {
 		if err == nil {
 			release(out)
 		}
+		releaseErr(err)
 		return nil, &TimeoutError{After: s.Timeout}
 	}
 	return out, err
@@ -127,7 +129,6 @@ func (w *worker) timed(v any, seq uint64) (any, error) {
 // goroutine, with a copy of w linked to it, and replaces each one whose
 // call is abandoned.
 func (w *worker) supervise() error {
-	ep := w.ep
 	defer w.exit()
 	for {
 		is := &inner{lost: make(chan struct{})}
@@ -139,7 +140,7 @@ func (w *worker) supervise() error {
 		case err := <-res:
 			return err
 		case <-is.lost:
-		case <-ep.done:
+		case <-w.done:
 			// Stopping: a worker in recv or send returns at once, and an
 			// op that watches ctx soon; one stuck in a call is abandoned
 			// after the grace period rather than holding Stop up.
@@ -159,7 +160,7 @@ func (w *worker) supervise() error {
 		if w.settleLost(is.call) == fateFatal {
 			return w.err
 		}
-		if isDone(ep.done) {
+		if isDone(w.done) {
 			return nil
 		}
 	}
@@ -176,7 +177,7 @@ func (w *worker) settleLost(tc *timedCall) fate {
 		<-ep.tokens
 	}
 	f := fateDropped
-	if !isDone(ep.done) {
+	if !isDone(w.done) {
 		f = w.failed(tc.desc, &TimeoutError{After: w.s.Timeout, Abandoned: true})
 	}
 	if w.r != nil {

@@ -29,6 +29,13 @@ type worker struct {
 	sink func(any) (any, error)
 
 	err error // the fatal error this worker hit (fateFatal), for the errgroup
+
+	// at is where the worker is: 0 the source, i+1 stage i. ctx is that
+	// stage's context (cancelled by Stop, or by a fatal error here or
+	// downstream: see epoch.failAt), done its Done channel.
+	at   int
+	ctx  context.Context
+	done <-chan struct{}
 }
 
 // fate is what became of an item a worker took: the one result of each
@@ -71,7 +78,7 @@ func (w *worker) exit() {
 // with a Timeout): it takes items one at a time until the input ends, the
 // epoch is cancelled or fails, or its call is lost.
 func (w *worker) loop() error {
-	for w.c.enter(w.ep.done) {
+	for w.c.enter(w.done) {
 		var f fate
 		if w.r != nil {
 			f = w.orderedOne()
@@ -92,12 +99,12 @@ func (w *worker) loop() error {
 // one takes one item, runs the op and passes the result on (an unordered
 // stage).
 func (w *worker) one() fate {
-	v, ok := recv(w.in, w.ep.done)
+	v, ok := recv(w.in, w.done)
 	if !ok {
 		return fateEnd
 	}
 	w.sl.in.Add(1)
-	if isDone(w.ep.done) {
+	if w.ended() {
 		release(v)
 		return fateEnd
 	}
@@ -106,6 +113,13 @@ func (w *worker) one() fate {
 		return f
 	}
 	return w.emit(res) // emit.go: one item, none, or a stream's
+}
+
+// ended reports whether the worker must take no more items: the epoch was
+// stopped, a failure stopped this stage from downstream, or this stage
+// failed (its calls in flight still finish and pass on their results).
+func (w *worker) ended() bool {
+	return isDone(w.done) || w.c.stopped.Load()
 }
 
 // pass sends v to w.out, through Config.SinkEncode first on the goroutines
@@ -119,7 +133,7 @@ func (w *worker) pass(v any) fate {
 			return f
 		}
 	}
-	if !send(w.out, v, w.ep.done) {
+	if !send(w.out, v, w.done) {
 		release(v)
 		return fateEnd
 	}
@@ -140,7 +154,7 @@ func (w *worker) encode(v any) (any, fate) {
 		return out, fatePassed
 	}
 	if ferr := w.ep.itemFailed(&sinkInfo, &w.ep.sinkCounters, describeFailed(v, err), err); ferr != nil {
-		w.err = ferr
+		w.err = w.ep.failAt(w.at, ferr)
 		return nil, fateFatal
 	}
 	return nil, fateDropped
@@ -163,10 +177,25 @@ func safeEncode(f func(any) (any, error), v any) (out any, err error) {
 // fateFatal (w.err set) when that exceeds a failure limit.
 func (w *worker) failed(item string, err error) fate {
 	if ferr := w.ep.itemFailed(w.s, w.c, item, err); ferr != nil {
-		w.err = ferr
+		w.err = w.ep.failAt(w.at, ferr)
 		return fateFatal
 	}
 	return fateDropped
+}
+
+// invoked counts one invocation of the worker's stage (an op call, an
+// aggregate or disaggregate input) for the rate limits and, if ok (it
+// succeeded), checks the limits an invocation can cross without failing
+// (limits.go): fatePassed, or fateFatal with w.err set.
+func (w *worker) invoked(ok bool) fate {
+	if !w.s.watch {
+		return fatePassed
+	}
+	if ferr := w.ep.invoked(w.s, w.c, ok); ferr != nil {
+		w.err = w.ep.failAt(w.at, ferr)
+		return fateFatal
+	}
+	return fatePassed
 }
 
 // call runs the op on v under the NumThreads cap (and the stage's Timeout,
@@ -179,7 +208,7 @@ func (w *worker) call(v any, seq uint64) (any, fate) {
 	if w.s.ioBound {
 		tokens = nil
 	}
-	if tokens != nil && !send(tokens, struct{}{}, ep.done) {
+	if tokens != nil && !send(tokens, struct{}{}, w.done) {
 		release(v) // never handed to the op: still ours
 		return nil, fateDropped
 	}
@@ -192,7 +221,7 @@ func (w *worker) call(v any, seq uint64) (any, fate) {
 			return nil, fateLost
 		}
 	} else {
-		out, err = safeProcess(ep.ctx, w.s.Op, v)
+		out, err = safeProcess(w.ctx, w.s.Op, v)
 	}
 	d := time.Since(t0)
 	sl.busy.Add(int64(d))
@@ -205,11 +234,17 @@ func (w *worker) call(v any, seq uint64) (any, fate) {
 		<-tokens
 	}
 	if err == nil {
+		if w.invoked(true) == fateFatal {
+			release(out) // the stage stops here
+			return nil, fateFatal
+		}
 		return out, fatePassed
 	}
-	if isDone(ep.done) {
+	if isDone(w.done) {
+		releaseErr(err)
 		return nil, fateDropped // most likely the cancellation itself: not the item's fault
 	}
+	w.invoked(false)
 	return nil, w.failed(describeFailed(v, err), err)
 }
 
