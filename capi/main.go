@@ -183,7 +183,9 @@ func spdl_pipeline_next(h C.uint64_t, timeoutUs C.int64_t, out *C.spdl_buf, errO
 		}
 		item, err := p.Next(context.Background(), timeout)
 		switch {
-		case errors.Is(err, pipeline.ErrEndOfData):
+		case errors.Is(err, pipeline.ErrEndOfData), errors.Is(err, pipeline.ErrNotStarted):
+			// Not started: stopped, after the items it left (the host
+			// starts an epoch before its first read).
 			rc = C.SPDL_END
 			return nil
 		case errors.Is(err, pipeline.ErrTimeout):
@@ -232,11 +234,50 @@ func handoff(v any) (any, error) {
 //export spdl_pipeline_stop
 func spdl_pipeline_stop(h C.uint64_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
-	if err := withPipeline(h, func(p *pipeline.Pipeline) error { p.Stop(); return nil }); err != nil {
+	// Halt, not Stop: the items already produced stay readable.
+	if err := withPipeline(h, func(p *pipeline.Pipeline) error { p.Halt(); return nil }); err != nil {
 		setErr(errOut, err)
 		return C.SPDL_ERROR
 	}
 	return C.SPDL_OK
+}
+
+//export spdl_pipeline_failure
+func spdl_pipeline_failure(h C.uint64_t, outJSON **C.char, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	return pipelineJSON(h, outJSON, errOut, func(p *pipeline.Pipeline) any { return failureReport(p.Errors()) })
+}
+
+// failureJSON is one fatal error as spdl_pipeline_failure reports it.
+type failureJSON struct {
+	Stage   string `json:"stage"`
+	Message string `json:"message"`
+	Exc     uint64 `json:"exc"`
+}
+
+// failureReport describes an epoch's fatal errors for the host; nil (JSON
+// null) when there are none.
+func failureReport(errs []error) any {
+	if len(errs) == 0 {
+		return nil
+	}
+	out := make([]failureJSON, len(errs))
+	for i, err := range errs {
+		f := failureJSON{Message: err.Error()}
+		if fl, ok := errors.AsType[*pipeline.FailureLimitError](err); ok {
+			f.Stage = fl.Stage
+			if f.Stage == "" && fl.Last != nil {
+				f.Stage = fl.Last.Stage // the pipeline's limit: the stage whose failure crossed it
+			}
+		} else if _, ok := errors.AsType[*pipeline.SourceError](err); ok {
+			f.Stage = "source"
+		}
+		if pe, ok := errors.AsType[*PythonError](err); ok {
+			f.Exc = pe.ExcID
+		}
+		out[i] = f
+	}
+	return map[string]any{"message": errs[0].Error(), "errors": out}
 }
 
 //export spdl_pipeline_stats
@@ -314,12 +355,12 @@ func spdl_pipeline_free(h C.uint64_t, waitMs C.int64_t, errOut **C.char) (rc C.i
 	case waitMs == 0:
 		// A finaliser may free a pipeline from one of that pipeline's own
 		// callback threads; waiting for its threads there would deadlock.
-		// The reaper goroutine ends when Stop returns.
+		// The reaper goroutine ends when Close returns.
 		hd.invalidate(h)
-		go hd.p.Stop()
+		go hd.p.Close()
 		return C.SPDL_OK
 	case waitMs < 0:
-		hd.p.Stop() // before taking the lock: a Next in flight returns once stopped
+		hd.p.Close() // before taking the lock: a Next in flight returns once stopped
 		hd.invalidate(h)
 		return C.SPDL_OK
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,21 +60,42 @@ func newPySource(m map[string]any) (pipeline.Source, error) {
 
 // PythonError is a Python exception raised by a stage or source; Msg holds
 // its summary and traceback as Python formatted them, Item the repr of the
-// stage's input (Python sends "item: <repr>" as the first line).
-type PythonError struct{ Msg, Item string }
+// stage's input (Python sends "item: <repr>" as a first line), ExcID the
+// registry id under which Python keeps the exception object (a first line
+// "exc: <id>"), so that a pipeline failure can re-raise the original: the
+// engine releases it (pipeline.ErrorReleaser) once it will not report it.
+type PythonError struct {
+	Msg, Item string
+	ExcID     uint64
+}
 
 func (e *PythonError) Error() string { return e.Msg }
 
 // FailedItem names the input by its Python repr (pipeline.ItemDescriber).
 func (e *PythonError) FailedItem() string { return e.Item }
 
+// ReleaseError lets Python drop the exception object (a no-op if it took
+// it back already).
+func (e *PythonError) ReleaseError() {
+	if e.ExcID != 0 {
+		releasePyObject(e.ExcID)
+	}
+}
+
 func newPythonError(b []byte) *PythonError {
 	msg := string(b)
+	var id uint64
+	if rest, ok := strings.CutPrefix(msg, "exc: "); ok {
+		num, tail, _ := strings.Cut(rest, "\n")
+		if n, err := strconv.ParseUint(num, 10, 64); err == nil {
+			id, msg = n, tail
+		}
+	}
 	if rest, ok := strings.CutPrefix(msg, "item: "); ok {
 		item, tail, _ := strings.Cut(rest, "\n")
-		return &PythonError{Msg: tail, Item: item}
+		return &PythonError{Msg: tail, Item: item, ExcID: id}
 	}
-	return &PythonError{Msg: msg}
+	return &PythonError{Msg: msg, ExcID: id}
 }
 
 var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}

@@ -146,9 +146,19 @@ int spdl_cuda_status(const char *paths_json, char **out_json, char **err);
  *   caller (free out->data with spdl_free after decoding; the references
  *   inside now belong to the caller). SPDL_END, SPDL_TIMEOUT: *out is
  *   untouched. SPDL_ERROR: the epoch failed (the message names the stage
- *   and item) or the handle is invalid.
+ *   and item; spdl_pipeline_failure tells more) or the handle is invalid.
+ *   A failure keeps what was produced: the items before it come first, then
+ *   SPDL_ERROR on every call until the next start. After stop, the items
+ *   left in the prefetch buffer come first, then SPDL_END (or the failure).
  * spdl_pipeline_stop: cancels the running epoch and waits until all of its
- *   threads have finished; items still buffered are released. Safe twice.
+ *   threads have finished; items still buffered stay for spdl_pipeline_next
+ *   (the next start or free releases them). Safe twice.
+ * spdl_pipeline_failure: *out_json = the epoch's fatal errors as JSON, null
+ *   if none: {"message": the first's, "errors": [{"stage": name, "message":
+ *   text, "exc": id}]}, the first first; exc, when not 0, is the registry
+ *   object id of the host exception that caused it (a Python stage or
+ *   source's), which the host may take back (see spdl_release_fn); caller
+ *   frees.
  * spdl_pipeline_stats: *out_json = per-stage statistics as JSON; caller frees.
  * spdl_pipeline_source_state: *out_json = what the source knows that a
  *   checkpoint needs, as JSON (null for sources that keep nothing; for
@@ -167,6 +177,7 @@ int spdl_pipeline_new(const char *spec_json, size_t spec_len, uint64_t *out, cha
 int spdl_pipeline_start(uint64_t pipeline, char **err);
 int spdl_pipeline_next(uint64_t pipeline, int64_t timeout_us, spdl_buf *out, char **err);
 int spdl_pipeline_stop(uint64_t pipeline, char **err);
+int spdl_pipeline_failure(uint64_t pipeline, char **out_json, char **err);
 int spdl_pipeline_stats(uint64_t pipeline, char **out_json, char **err);
 int spdl_pipeline_source_state(uint64_t pipeline, char **out_json, char **err);
 int spdl_pipeline_free(uint64_t pipeline, int64_t wait_ms, char **err);

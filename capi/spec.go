@@ -21,11 +21,15 @@ import (
 //	{"source": {"kind": "<a kind registered with sources.Register>", <its options>},
 //	 "stages": [{"kind": "pipe", "name": "decode", "concurrency": 4 | "auto",
 //	             "max_concurrency": null, "timeout_s": null, "output_order": "input",
-//	             "max_failures": -1,
+//	             "max_failures": null | 3 | {"fraction": [1, 10]},
 //	             "op": {"kind": "native", "name": "identity", "options": {}} | {"kind": "python", "id": 2, "io_bound": false}},
 //	            {"kind": "aggregate", "num_items": 32, "drop_last": false},
 //	            {"kind": "disaggregate"}],
-//	 "buffer_size": 3, "max_failures": -1, "num_threads": null, "cpu_budget": null, "queue_size": null}
+//	 "buffer_size": 3, "max_failures": -1 | {"fraction": [1, 10]}, "num_threads": null, "cpu_budget": null, "queue_size": null}
+//
+// A stage's max_failures, when given, replaces the pipeline's for that
+// stage (pipeline.StageConfig.OwnLimit); a fraction is a failure rate
+// (pipeline.Rate).
 //
 // The settings are the Python builder's arguments as the user gave them
 // (null: the default), so that the errors below, which name those
@@ -169,7 +173,9 @@ func readStage(m map[string]any) (pipeline.StageConfig, any, error) {
 		default:
 			return st, nil, bad("output_order must be 'completion' or 'input', got %s", pyRepr(v))
 		}
-		if st.MaxFailures, err = maxFailures(r); err != nil {
+		// Given (not None), the stage's limit replaces the pipeline's for
+		// it, as SPDL's pipe(max_failures=) does.
+		if st.MaxFailures, st.MaxFailureRate, st.OwnLimit, err = maxFailures(r); err != nil {
 			return st, nil, bad("%w", err)
 		}
 		op, _ = r.Get("op")
@@ -223,23 +229,44 @@ func readSettings(r *options.Reader, cfg *pipeline.Config) error {
 		*s.dst = int(n)
 	}
 	var err error
-	if cfg.MaxFailures, err = maxFailures(r); err != nil {
+	if cfg.MaxFailures, cfg.MaxFailureRate, _, err = maxFailures(r); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
 	return nil
 }
 
-// maxFailures reads max_failures: -1 (no limit, the default) or a count.
-func maxFailures(r *options.Reader) (int, error) {
+// maxFailures reads max_failures as SPDL takes it: None (not set), an int
+// (a count; any negative one means no limit) or a fractions.Fraction in
+// (0, 1] (a rate), which Python sends as {"fraction": [num, den]}. Unset,
+// it is -1; set reports whether it was given.
+func maxFailures(r *options.Reader) (count int, rate pipeline.Rate, set bool, err error) {
 	v, ok := r.Get("max_failures")
 	if !ok {
-		return -1, nil
+		return -1, rate, false, nil
 	}
-	n, isInt := intArg(v)
-	if !isInt || n < -1 || n > math.MaxInt32 {
-		return 0, fmt.Errorf("max_failures must be an int >= -1, got %s", pyRepr(v))
+	if n, isInt := intArg(v); isInt {
+		switch {
+		case n < 0:
+			return -1, rate, true, nil
+		case n <= math.MaxInt32:
+			return int(n), rate, true, nil
+		}
 	}
-	return int(n), nil
+	shown := pyRepr(v)
+	if m, isMap := options.AsMap(v); isMap {
+		shown = "a dict"
+		if f, isSeq := options.AsSeq(m["fraction"]); isSeq && len(f) == 2 {
+			num, ok1 := intArg(f[0])
+			den, ok2 := intArg(f[1])
+			if ok1 && ok2 {
+				shown = fmt.Sprintf("Fraction(%d, %d)", num, den)
+				if rate = (pipeline.Rate{Num: num, Den: den}); num > 0 && den > 0 && num <= den {
+					return -1, rate, true, nil
+				}
+			}
+		}
+	}
+	return 0, pipeline.Rate{}, false, fmt.Errorf("max_failures must be an int or a fractions.Fraction in (0, 1], got %s", shown)
 }
 
 // intArg reads an integer as JSON writes a Python int (not 2.0, not True).

@@ -244,7 +244,7 @@ func TestBadSpecsSayWhatIsWrong(t *testing.T) {
 		{"stages not a list", `{"source": ` + rangeSrc + `, "stages": 3}`, "pipeline spec: stages must be a list, not 3"},
 		{"buffer_size", `{"source": ` + rangeSrc + `, "buffer_size": 0}`, "add_sink: buffer_size must be an int >= 1, got 0"},
 		{"num_threads", `{"source": ` + rangeSrc + `, "num_threads": "4"}`, "build: num_threads must be an int >= 1 or None, got '4'"},
-		{"pipeline max_failures", `{"source": ` + rangeSrc + `, "max_failures": -2}`, "build: max_failures must be an int >= -1, got -2"},
+		{"pipeline max_failures", `{"source": ` + rangeSrc + `, "max_failures": 0.5}`, "build: max_failures must be an int or a fractions.Fraction in (0, 1], got 0.5"},
 		{"unknown setting", `{"source": ` + rangeSrc + `, "buffer": 3}`,
 			`pipeline spec: unknown option "buffer"; known options: buffer_size, cpu_budget, max_failures, num_threads, queue_size, source, stages`},
 		{"missing op", pipe(`{"kind": "pipe", "name": "p"}`), "stage 0 (p): pipe stage has no op"},
@@ -284,7 +284,19 @@ func TestSpecCheckNamesTheArgument(t *testing.T) {
 		{"max_concurrency 0", "stage", `{"kind": "pipe", "concurrency": "auto", "max_concurrency": 0}`,
 			"pipe: max_concurrency must be an int >= 1 or None, got 0"},
 		{"output_order", "stage", `{"kind": "pipe", "output_order": "random"}`, "pipe: output_order must be 'completion' or 'input', got 'random'"},
-		{"max_failures", "stage", `{"kind": "pipe", "max_failures": -2}`, "pipe: max_failures must be an int >= -1, got -2"},
+		{"max_failures negative", "stage", `{"kind": "pipe", "max_failures": -2}`, ""}, // any negative int: no limit, as in SPDL
+		{"max_failures fraction", "stage", `{"kind": "pipe", "max_failures": {"fraction": [1, 10]}}`, ""},
+		{"max_failures fraction one", "stage", `{"kind": "pipe", "max_failures": {"fraction": [1, 1]}}`, ""},
+		{"max_failures fraction over", "stage", `{"kind": "pipe", "max_failures": {"fraction": [3, 2]}}`,
+			"pipe: max_failures must be an int or a fractions.Fraction in (0, 1], got Fraction(3, 2)"},
+		{"max_failures fraction zero", "stage", `{"kind": "pipe", "max_failures": {"fraction": [0, 1]}}`,
+			"pipe: max_failures must be an int or a fractions.Fraction in (0, 1], got Fraction(0, 1)"},
+		{"max_failures fraction shape", "stage", `{"kind": "pipe", "max_failures": {"fraction": [1]}}`,
+			"pipe: max_failures must be an int or a fractions.Fraction in (0, 1], got a dict"},
+		{"max_failures bool", "stage", `{"kind": "pipe", "max_failures": true}`,
+			"pipe: max_failures must be an int or a fractions.Fraction in (0, 1], got True"},
+		{"max_failures float", "stage", `{"kind": "pipe", "max_failures": 0.1}`,
+			"pipe: max_failures must be an int or a fractions.Fraction in (0, 1], got 0.1"},
 		{"timeout 0", "stage", `{"kind": "pipe", "timeout_s": 0}`, "pipe: timeout must be a number of seconds > 0 or None, got 0"},
 		{"timeout str", "stage", `{"kind": "pipe", "timeout_s": "1s"}`, "pipe: timeout must be a number of seconds > 0 or None, got '1s'"},
 		{"timeout huge", "stage", `{"kind": "pipe", "timeout_s": 1e300}`, "pipe: timeout must be a number of seconds > 0 or None, got 1e300"},
@@ -298,7 +310,10 @@ func TestSpecCheckNamesTheArgument(t *testing.T) {
 		{"num_threads", "pipeline", `{"num_threads": 0}`, "build: num_threads must be an int >= 1 or None, got 0"},
 		{"cpu_budget", "pipeline", `{"cpu_budget": 0}`, "build: cpu_budget must be an int >= 1 or None, got 0"},
 		{"queue_size", "pipeline", `{"queue_size": -1}`, "build: queue_size must be an int >= 1 or None, got -1"},
-		{"build max_failures", "pipeline", `{"max_failures": "all"}`, "build: max_failures must be an int >= -1, got 'all'"},
+		{"build max_failures", "pipeline", `{"max_failures": "all"}`, "build: max_failures must be an int or a fractions.Fraction in (0, 1], got 'all'"},
+		{"build max_failures fraction", "pipeline", `{"max_failures": {"fraction": [1, 20]}}`, ""},
+		{"build max_failures fraction over", "pipeline", `{"max_failures": {"fraction": [2, 1]}}`,
+			"build: max_failures must be an int or a fractions.Fraction in (0, 1], got Fraction(2, 1)"},
 		{"unknown setting", "pipeline", `{"threads": 2}`,
 			`pipeline spec: unknown option "threads"; known options: buffer_size, cpu_budget, max_failures, num_threads, queue_size`},
 		{"sampling", "sampling", `{"shuffle": true, "seed": 18446744073709551615, "drop_last": false, "rank": 1, "world_size": 2, "epoch": 3}`, ""},
@@ -343,5 +358,41 @@ func TestAutoStageSpec(t *testing.T) {
 	}
 	if cfg.BufferSize != 3 || cfg.MaxFailures != -1 || cfg.NumThreads != 0 || cfg.CPUBudget != 4 || cfg.QueueSize != 0 {
 		t.Errorf("settings %+v", cfg)
+	}
+}
+
+// A stage's max_failures, when given, is its own limit (it replaces the
+// pipeline's); a fraction is a rate, for a stage or for the pipeline.
+func TestMaxFailuresRule(t *testing.T) {
+	for _, tc := range []struct {
+		name, spec string
+		count      int
+		rate       pipeline.Rate
+		own        bool
+	}{
+		{"unset", `{"kind": "pipe"}`, -1, pipeline.Rate{}, false},
+		{"none", `{"kind": "pipe", "max_failures": null}`, -1, pipeline.Rate{}, false},
+		{"count", `{"kind": "pipe", "max_failures": 3}`, 3, pipeline.Rate{}, true},
+		{"unlimited", `{"kind": "pipe", "max_failures": -1}`, -1, pipeline.Rate{}, true},
+		{"rate", `{"kind": "pipe", "max_failures": {"fraction": [1, 10]}}`, -1, pipeline.Rate{Num: 1, Den: 10}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m map[string]any
+			if err := decodeJSON([]byte(tc.spec), &m); err != nil {
+				t.Fatal(err)
+			}
+			st, _, err := readStage(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.MaxFailures != tc.count || st.MaxFailureRate != tc.rate || st.OwnLimit != tc.own {
+				t.Errorf("MaxFailures %d, MaxFailureRate %v, OwnLimit %v; want %d, %v, %v",
+					st.MaxFailures, st.MaxFailureRate, st.OwnLimit, tc.count, tc.rate, tc.own)
+			}
+		})
+	}
+	cfg, err := buildConfig([]byte(`{"source": {"kind": "range", "stop": 1}, "max_failures": {"fraction": [1, 4]}}`))
+	if err != nil || cfg.MaxFailureRate != (pipeline.Rate{Num: 1, Den: 4}) || cfg.MaxFailures != -1 {
+		t.Errorf("pipeline rate: %+v, %v", cfg.MaxFailureRate, err)
 	}
 }

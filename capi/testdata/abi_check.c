@@ -57,6 +57,7 @@ static void check_handle_zero(void) {
   EXPECT_ERROR("spdl_pipeline_next(0)", spdl_pipeline_next(h, 0, &buf, &err));
   EXPECT_ERROR("spdl_pipeline_stop(0)", spdl_pipeline_stop(h, &err));
   EXPECT_ERROR("spdl_pipeline_stats(0)", spdl_pipeline_stats(h, &out, &err));
+  EXPECT_ERROR("spdl_pipeline_failure(0)", spdl_pipeline_failure(h, &out, &err));
   EXPECT_ERROR("spdl_pipeline_source_state(0)", spdl_pipeline_source_state(h, &out, &err));
   EXPECT_ERROR("spdl_pipeline_trace_start(0)", spdl_pipeline_trace_start(h, 10, &err));
   EXPECT_ERROR("spdl_pipeline_trace_write(0)", spdl_pipeline_trace_write(h, "/nonexistent", &err));
@@ -133,6 +134,9 @@ static void check_pipeline(const char *dir) {
   out = err = NULL;
   rc = spdl_pipeline_source_state(h, &out, &err);
   expect_json("spdl_pipeline_source_state", rc, out, err, "null");
+  out = err = NULL;
+  rc = spdl_pipeline_failure(h, &out, &err);
+  expect_json("spdl_pipeline_failure", rc, out, err, "null");
   out = err = NULL;
   char path[4096];
   snprintf(path, sizeof path, "%s/trace.json", dir);

@@ -279,7 +279,7 @@ func (ep *epoch) halt(s status) bool {
 
 // failAt records a fatal error at index at (0 the source, i+1 stage i):
 // everything upstream of it is cancelled, the failing stage takes no more
-// items (its calls in flight finish and pass their results on), and the
+// items (those its workers hold finish and pass their results on), and the
 // stages downstream pass on what they hold; the sink keeps it for Next,
 // which returns the first fatal error after the last item. It returns err
 // so that goroutines can `return ep.failAt(w.at, err)`.

@@ -47,6 +47,9 @@ func newReorder(window int) *reorder {
 // orderedOne takes, runs and completes one item of an ordered stage.
 func (w *worker) orderedOne() fate {
 	r := w.r
+	if w.c.stopped.Load() {
+		return fateEnd // the stage failed: it takes no more items
+	}
 	if !send(r.window, struct{}{}, w.done) {
 		return fateEnd
 	}
@@ -62,7 +65,7 @@ func (w *worker) orderedOne() fate {
 		return fateEnd
 	}
 	w.sl.in.Add(1)
-	if w.ended() {
+	if isDone(w.done) {
 		release(v)
 		w.complete(seq, nil, false)
 		return fateEnd

@@ -99,12 +99,15 @@ func (w *worker) loop() error {
 // one takes one item, runs the op and passes the result on (an unordered
 // stage).
 func (w *worker) one() fate {
+	if w.c.stopped.Load() {
+		return fateEnd
+	}
 	v, ok := recv(w.in, w.done)
 	if !ok {
 		return fateEnd
 	}
 	w.sl.in.Add(1)
-	if w.ended() {
+	if isDone(w.done) {
 		release(v)
 		return fateEnd
 	}
@@ -113,13 +116,6 @@ func (w *worker) one() fate {
 		return f
 	}
 	return w.emit(res) // emit.go: one item, none, or a stream's
-}
-
-// ended reports whether the worker must take no more items: the epoch was
-// stopped, a failure stopped this stage from downstream, or this stage
-// failed (its calls in flight still finish and pass on their results).
-func (w *worker) ended() bool {
-	return isDone(w.done) || w.c.stopped.Load()
 }
 
 // pass sends v to w.out, through Config.SinkEncode first on the goroutines

@@ -16,7 +16,7 @@ from ._lib import LIB as _LIB
 from .builder import PipelineBuilder
 from .checkpoint import ResumableSource
 from .loader import DataLoader
-from .pipeline import Pipeline, PipelineError
+from .pipeline import Pipeline, PipelineError, PipelineFailure
 from .stats import Bottleneck, PipelineStats, StageStats
 
 __version__ = _LIB.spdl_version().decode()
@@ -28,6 +28,7 @@ __all__ = [
     "Pipeline",
     "PipelineBuilder",
     "PipelineError",
+    "PipelineFailure",
     "PipelineStats",
     "ResumableSource",
     "StageStats",

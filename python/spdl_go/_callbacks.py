@@ -33,6 +33,7 @@ __all__ = [
     "register_stage",
     "sources",
     "stages",
+    "take_exception",
     "unregister",
 ]
 
@@ -245,12 +246,22 @@ _item_repr.maxother = 120
 def _error_bytes(exc: BaseException, item: Any = _NO_ITEM) -> bytes:
     summary = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    head = ""
+    # The exception itself stays here under an id until Go drops it (the
+    # release callback) or a pipeline failure takes it back to re-raise it
+    # (take_exception).
+    head = f"exc: {_codec._register(exc)}\n"
     if item is not _NO_ITEM:
         # Only now, on failure, is the item rendered: the engine holds a
         # Python object only as a reference and cannot name it itself.
-        head = "item: " + _item_repr.repr(item).replace("\n", " ") + "\n"
+        head += "item: " + _item_repr.repr(item).replace("\n", " ") + "\n"
     return f"{head}{summary}\n\n{tb}".encode("utf-8", "replace")
+
+
+def take_exception(exc_id: int) -> BaseException | None:
+    """Takes back the exception that a stage or source raised, kept under
+    ``exc_id`` by ``_error_bytes``; None if it is gone."""
+    obj = _codec._objects.pop(exc_id, None)
+    return obj if isinstance(obj, BaseException) else None
 
 
 def _on_call(fn_id: int, in_ptr: int, in_len: int, out: int) -> int:

@@ -91,6 +91,7 @@ _SIGNATURES: dict[str, tuple[list, object]] = {
     "spdl_pipeline_next": ([c_uint64, c_int64, POINTER(SpdlBuf), _ERR], c_int),
     "spdl_pipeline_stop": ([c_uint64, _ERR], c_int),
     "spdl_pipeline_stats": ([c_uint64, POINTER(c_void_p), _ERR], c_int),
+    "spdl_pipeline_failure": ([c_uint64, POINTER(c_void_p), _ERR], c_int),
     "spdl_pipeline_source_state": ([c_uint64, POINTER(c_void_p), _ERR], c_int),
     "spdl_pipeline_free": ([c_uint64, c_int64, _ERR], c_int),
     "spdl_pipeline_trace_start": ([c_uint64, c_int64, _ERR], c_int),

@@ -32,6 +32,7 @@ import math
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal
 
 from . import _callbacks, _lib
@@ -63,6 +64,14 @@ def _arg(v: object) -> object:
     if isinstance(v, float) and math.isfinite(v):
         return v
     return repr(v)
+
+
+def _limit(v: object) -> object:
+    """A max_failures for the spec: a Fraction (a failure rate) travels as
+    {"fraction": [num, den]}; anything else as ``_arg`` shapes it."""
+    if isinstance(v, Fraction):
+        return {"fraction": [v.numerator, v.denominator]}
+    return _arg(v)
 
 
 def _check(part: str, spec: dict[str, Any]) -> None:
@@ -109,7 +118,7 @@ class PipeConfig:
     concurrency: int | Literal["auto"] = 1
     max_concurrency: int | None = None
     output_order: OutputOrder = "completion"
-    max_failures: int = -1
+    max_failures: int | Fraction | None = None
     timeout: float | None = None
     executor: Executor | None = None
 
@@ -161,7 +170,7 @@ class PipeConfig:
             "max_concurrency": _arg(self.max_concurrency),
             "timeout_s": _arg(self.timeout),
             "output_order": _arg(self.output_order),
-            "max_failures": _arg(self.max_failures),
+            "max_failures": _limit(self.max_failures),
             "op": op,
         }
 
@@ -232,7 +241,7 @@ class BuildConfig:
     """Settings of the whole pipeline (see ``PipelineBuilder.build``)."""
 
     num_threads: int | None = None
-    max_failures: int = -1
+    max_failures: int | Fraction = -1
     queue_size: int | None = None
     report_interval: float | None = None
     cpu_budget: int | None = None
@@ -246,7 +255,7 @@ class BuildConfig:
     def to_spec(self) -> dict[str, Any]:
         """The engine's settings; ``report_interval`` is Python's own."""
         return {
-            "max_failures": _arg(self.max_failures),
+            "max_failures": _limit(self.max_failures),
             "num_threads": _arg(self.num_threads),
             "cpu_budget": _arg(self.cpu_budget),
             "queue_size": _arg(self.queue_size),
@@ -334,7 +343,7 @@ class PipelineBuilder:
     def __init__(self) -> None:
         self._source: SourceConfig | None = None
         self._stages: list[StageConfig] = []
-        self._sink = SinkConfig()
+        self._sink: SinkConfig | None = None
 
     def add_source(self, source: Iterable[Any] | AsyncIterable[Any] | NativeSource) -> PipelineBuilder:
         """Sets the source: any Python iterable (``iter()`` is called once per
@@ -355,7 +364,7 @@ class PipelineBuilder:
         max_concurrency: int | None = None,
         name: str | None = None,
         output_order: OutputOrder = "completion",
-        max_failures: int = -1,
+        max_failures: int | Fraction | None = None,
         timeout: float | None = None,
         executor: Executor | None = None,
     ) -> PipelineBuilder:
@@ -388,9 +397,14 @@ class PipelineBuilder:
             name: Shown in stats and errors; defaults to the op's name.
             output_order: "completion" emits items as they finish; "input"
                 keeps the order they arrived in.
-            max_failures: Items this stage may fail before the pipeline
-                fails; -1 means no limit. A failed item is dropped and its
-                error is kept in ``stats().recent_errors``.
+            max_failures: This stage's own limit, which replaces
+                ``build(max_failures=)`` for it: an int is how many items it
+                may fail (a negative one: no limit); a ``fractions.Fraction``
+                in (0, 1] is the rate of failed calls it may reach, checked
+                once it has made 100 calls (the stage fails when
+                failures / calls > the fraction). None (the default): the
+                stage is held to the pipeline's limit. A failed item is
+                dropped and its error is kept in ``stats().recent_errors``.
             timeout: Seconds one call of ``op`` may take; a call that runs
                 longer fails its item ("timed out"). Python code cannot be
                 interrupted, so a Python call past its timeout is abandoned:
@@ -430,7 +444,14 @@ class PipelineBuilder:
         return self
 
     def add_sink(self, buffer_size: int = 3) -> PipelineBuilder:
-        """Sets how many finished items are prefetched ahead of the consumer."""
+        """Sets how many finished items are prefetched ahead of the
+        consumer; ``build()`` needs it, as in SPDL.
+
+        Raises:
+            ValueError: the sink was already set.
+        """
+        if self._sink is not None:
+            raise ValueError("Sink is already set.")
         self._sink = SinkConfig(buffer_size)
         return self
 
@@ -438,7 +459,7 @@ class PipelineBuilder:
         self,
         *,
         num_threads: int | None = None,
-        max_failures: int = -1,
+        max_failures: int | Fraction = -1,
         queue_size: int | None = None,
         report_interval: float | None = None,
         cpu_budget: int | None = None,
@@ -449,8 +470,11 @@ class PipelineBuilder:
         Args:
             num_threads: At most this many ops run at once over all stages;
                 None sets no cap beyond each stage's concurrency.
-            max_failures: Items the whole pipeline may fail before it fails;
-                -1 means no limit.
+            max_failures: The limit of every stage without one of its own
+                (``pipe(max_failures=)``), counted over the whole pipeline:
+                how many items may fail (a negative int: no limit), or a
+                ``fractions.Fraction`` in (0, 1], the rate of failed calls
+                over all stages, checked once 100 calls were made.
             queue_size: Capacity of the queue between two stages.
             report_interval: If set, log ``stats().format()`` (logger
                 "spdl_go", level INFO) every this many seconds while an
@@ -463,6 +487,8 @@ class PipelineBuilder:
         """
         if self._source is None:
             raise ValueError("build: add_source was not called")
+        if self._sink is None:
+            raise RuntimeError("Sink is not set. Did you call `add_sink`?")
         if report_stats_interval is not None:
             if report_interval is not None:
                 raise TypeError("build: give report_stats_interval or its alias report_interval, not both")

@@ -10,7 +10,7 @@ too, before the callbacks its threads run are torn down).
 
 Example:
     >>> from spdl_go import PipelineBuilder
-    >>> pipeline = PipelineBuilder().add_source(range(10)).pipe(lambda x: x * x).build()
+    >>> pipeline = PipelineBuilder().add_source(range(10)).pipe(lambda x: x * x).add_sink().build()
     >>> with pipeline.auto_stop():
     ...     for item in pipeline:
     ...         print(item)
@@ -24,9 +24,10 @@ import ctypes
 import json
 import logging
 import os
+import sys
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import _callbacks, _codec, _lib
@@ -34,12 +35,54 @@ from .stats import Bottleneck, PipelineStats, StageStats
 
 # The stats types live in spdl_go.stats; they are imported here too so that
 # ``from spdl_go.pipeline import PipelineStats`` goes on working.
-__all__ = ["Bottleneck", "Pipeline", "PipelineError", "PipelineStats", "StageStats"]
+__all__ = ["Bottleneck", "Pipeline", "PipelineError", "PipelineFailure", "PipelineStats", "StageStats"]
+
+_DEFAULT_MESSAGE = "pipeline stages failed"
+
+if sys.version_info >= (3, 11):
+
+    class PipelineFailure(ExceptionGroup[Exception]):  # noqa: F821 - 3.11+
+        """The pipeline failed: a source raised, or a stage exceeded its
+        ``max_failures``. It is raised after the items produced before the
+        failure were delivered: by ``get_item`` (and so by iterating), and
+        by ``stop()`` (leaving ``auto_stop()``) if no read raised it yet.
+
+        An ``ExceptionGroup`` of the stage errors, the first first: the
+        exception a Python stage or source raised, itself (so ``except*
+        KeyError`` works), or a ``RuntimeError`` with the engine's message
+        for a native op or a limit crossed without one. Each has a note
+        naming its stage. ``str()`` starts with the first error's message,
+        which names the stage, the item and the limit.
+        """
+
+        def __new__(cls, errors: Sequence[tuple[str, Exception]], message: str = _DEFAULT_MESSAGE) -> PipelineFailure:
+            for stage, exc in errors:
+                exc.add_note(f"Pipeline stage: {stage}")
+            return super().__new__(cls, message, [exc for _, exc in errors])
+
+        def __init__(self, errors: Sequence[tuple[str, Exception]], message: str = _DEFAULT_MESSAGE) -> None:
+            pass  # __new__ did it all
+
+        def derive(self, excs: Sequence[Exception]) -> PipelineFailure:  # type: ignore[override]
+            # subgroup() and split() keep the type and the message.
+            return super().__new__(type(self), self.message, excs)
+
+else:
+
+    class PipelineFailure(RuntimeError):
+        """The pipeline failed: a source raised, or a stage exceeded its
+        ``max_failures`` (see the Python 3.11+ docstring: there it is an
+        ``ExceptionGroup``). ``exceptions`` holds the stage errors, the
+        first first; ``str()`` is the first error's message."""
+
+        def __init__(self, errors: Sequence[tuple[str, Exception]], message: str = _DEFAULT_MESSAGE) -> None:
+            super().__init__(message)
+            self.message = message
+            self.exceptions: tuple[Exception, ...] = tuple(exc for _, exc in errors)
 
 
-class PipelineError(RuntimeError):
-    """The pipeline failed: a source raised, or a stage exceeded its
-    ``max_failures``. The message names the stage and the item."""
+PipelineError = PipelineFailure
+"""The name spdl-go used before ``PipelineFailure``; the same class."""
 
 
 _logger = logging.getLogger("spdl_go")
@@ -87,6 +130,9 @@ class Pipeline:
         self._handle = 0
         self._lock = threading.Lock()
         self._running = False
+        self._started = False  # get_item starts the pipeline until the first start
+        self._failure: PipelineFailure | None = None  # the epoch's, once built
+        self._failure_seen = False  # a read or a stop raised it
         self._report_interval = report_interval
         self._reporter: threading.Thread | None = None
         self._closed = threading.Event()
@@ -110,11 +156,17 @@ class Pipeline:
             raise RuntimeError("the pipeline was closed")
         return self._handle
 
-    def start(self) -> None:
+    def start(self, *, timeout: float | None = None) -> None:
         """Starts an epoch: the source is iterated anew from its beginning.
+
+        Args:
+            timeout: Seconds to wait for the start (opening the source);
+                None waits as long as it takes.
 
         Raises:
             RuntimeError: if an epoch is already running.
+            TimeoutError: the start did not finish within ``timeout``; the
+                epoch begins when it does (``stop()`` ends it).
         """
         h = self._h()
         with self._lock:
@@ -123,8 +175,15 @@ class Pipeline:
             for i in self._source_ids:
                 src = _callbacks.sources[i]
                 src.iterator = iter(src.iterable)
-            _lib.call(_lib.LIB.spdl_pipeline_start, h)
-            self._running = True
+            self._started, self._running = True, True
+            self._failure, self._failure_seen = None, False
+            try:
+                _bounded(lambda: _lib.call(_lib.LIB.spdl_pipeline_start, h), timeout, "start")
+            except TimeoutError:
+                raise
+            except BaseException:
+                self._running = False
+                raise
             if self._report_interval and self._reporter is None:
                 self._reporter = threading.Thread(
                     target=self._report,
@@ -134,28 +193,59 @@ class Pipeline:
                 )
                 self._reporter.start()
 
-    def stop(self) -> None:
+    def stop(self, *, timeout: float | None = None) -> None:
         """Stops the running epoch and waits for its threads. Safe to call
-        more than once, and before ``start``."""
+        more than once, and before ``start``. Items already produced stay
+        for ``get_item``, which returns them and then raises ``EOFError``.
+
+        Args:
+            timeout: Seconds to wait for the threads; None waits as long as
+                it takes.
+
+        Raises:
+            PipelineFailure: the epoch failed and no ``get_item`` raised it
+                yet (at most one ``stop`` raises it).
+            TimeoutError: the threads did not finish within ``timeout``.
+        """
         if not self._handle:
             return
         h = self._h()
         try:
-            _lib.call(_lib.LIB.spdl_pipeline_stop, h)
+            _bounded(lambda: _lib.call(_lib.LIB.spdl_pipeline_stop, h), timeout, "stop")
         finally:
             self._running = False
+        failure = self._take_failure()
+        if failure is not None and not self._failure_seen:
+            self._failure_seen = True
+            raise failure
+
+    def _take_failure(self) -> PipelineFailure | None:
+        """The epoch's PipelineFailure (built once per epoch), or None."""
+        if self._failure is None and self._handle:
+            report = _lib.call_json(_lib.LIB.spdl_pipeline_failure, self._h())
+            if report:
+                self._failure = _make_failure(report)
+        return self._failure
 
     def get_item(self, *, timeout: float | None = None) -> Any:
-        """Returns the next item of the running epoch.
+        """Returns the next item, starting the pipeline if it never was.
+
+        After the epoch is exhausted or stopped, it returns what is left in
+        the sink, then raises ``EOFError``.
 
         Args:
             timeout: Seconds to wait; None waits as long as it takes.
 
         Raises:
-            EOFError: the epoch has ended.
+            EOFError: the epoch has ended, or was stopped, and every item
+                was returned.
             TimeoutError: nothing arrived within ``timeout``.
-            PipelineError: the pipeline failed.
+            PipelineFailure: the pipeline failed, once the items produced
+                before the failure were returned; every later read raises
+                it again (until the next epoch).
         """
+        if not self._started:
+            self.start()
         h = self._h()
         try:
             out, err, out_ref, err_ref = _tls.next_args
@@ -184,12 +274,18 @@ class Pipeline:
             self._running = False
             if rc == _lib.SPDL_END:
                 raise EOFError("the epoch has ended")
-            raise PipelineError(_lib.take_string(err.value))
+            message = _lib.take_string(err.value)
+            failure = self._take_failure()
+            if failure is None:
+                failure = PipelineFailure([("pipeline", RuntimeError(message))], message)
+            self._failure_seen = True
+            raise failure
 
     def get_iterator(self, *, timeout: float | None = None) -> Iterator[Any]:
         """Iterates the running epoch (starting one if none is running).
 
-        Stopping early (``break``, an exception) stops the pipeline.
+        A failure is raised after the items produced before it. Stopping
+        early (``break``, an exception) stops the pipeline.
         """
         if not self._running:
             self.start()
@@ -210,13 +306,14 @@ class Pipeline:
         return self.get_iterator()
 
     @contextlib.contextmanager
-    def auto_stop(self) -> Iterator[Pipeline]:
-        """Starts the pipeline and stops it when the block exits, whatever happens."""
-        self.start()
+    def auto_stop(self, *, timeout: float | None = None) -> Iterator[Pipeline]:
+        """Starts the pipeline and stops it when the block exits, whatever
+        happens; ``timeout`` bounds the start and the stop (seconds)."""
+        self.start(timeout=timeout)
         try:
             yield self
         finally:
-            self.stop()
+            self.stop(timeout=timeout)
 
     def stats(self) -> PipelineStats:
         """A snapshot of per-stage counters; cheap, safe while running."""
@@ -295,6 +392,49 @@ class Pipeline:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _bounded(fn: Callable[[], object], timeout: float | None, what: str) -> None:
+    """Runs fn, waiting at most timeout seconds (None: as long as it takes);
+    past that, raises TimeoutError and lets fn finish on its own thread."""
+    if timeout is None:
+        fn()
+        return
+    if not timeout >= 0:
+        raise ValueError(f"{what}: timeout must be >= 0 seconds or None, got {timeout!r}")
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised on the caller's thread
+            errors.append(e)
+
+    t = threading.Thread(target=run, name=f"spdl_go-{what}", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise TimeoutError(f"the pipeline's {what} did not finish within {timeout} s")
+    if errors:
+        raise errors[0]
+
+
+def _make_failure(report: dict[str, Any]) -> PipelineFailure:
+    """Builds the PipelineFailure of spdl_pipeline_failure's report: each
+    error is the exception a Python stage or source raised, taken back from
+    the registry, or a RuntimeError with the engine's message."""
+    errors: list[tuple[str, Exception]] = []
+    for e in report["errors"]:
+        message = str(e["message"])
+        exc = _callbacks.take_exception(int(e["exc"])) if e.get("exc") else None
+        if isinstance(exc, Exception):
+            if sys.version_info >= (3, 11):
+                exc.add_note(message.split("\n", 1)[0])
+        else:
+            cause, exc = exc, RuntimeError(message)
+            exc.__cause__ = cause  # a BaseException (KeyboardInterrupt) cannot be grouped
+        errors.append((str(e.get("stage") or "pipeline"), exc))
+    return PipelineFailure(errors, str(report["message"]))
 
 
 def __getattr__(name: str) -> Any:

@@ -56,7 +56,7 @@ def capture(monkeypatch):
         builder_mod._callbacks.unregister(p.source_ids, p.function_ids)
 
 
-def _pipe(name, op, *, concurrency=1, max_concurrency=None, timeout_s=None, order="completion", max_failures=-1):
+def _pipe(name, op, *, concurrency=1, max_concurrency=None, timeout_s=None, order="completion", max_failures=None):
     return {
         "kind": "pipe",
         "name": name,
@@ -124,6 +124,7 @@ def test_every_option(capture):
         .aggregate(2, drop_last=True)
         .disaggregate()
         .pipe(ops.to_tensor("int64"))
+        .add_sink()
         .build(max_failures=2, queue_size=7, report_interval=0.5, cpu_budget=4)
     )
     src, a, c = p.ids()
@@ -196,6 +197,7 @@ def test_lists_split_before_a_native_consumer(capture):
         .disaggregate()
         .disaggregate()
         .pipe(ops.identity())
+        .add_sink()
         .build(queue_size=1)
     )
     src, fn = p.ids()
@@ -224,7 +226,7 @@ def test_lists_split_before_a_native_consumer(capture):
 
 
 def test_source_only(capture):
-    p = PipelineBuilder().add_source([1, 2]).build()
+    p = PipelineBuilder().add_source([1, 2]).add_sink().build()
     (src,) = p.ids()
     _same_bytes(
         p.data,
@@ -278,7 +280,7 @@ def test_configs_are_frozen():
 def test_bad_build_settings_register_nothing():
     before = (len(builder_mod._callbacks.sources), len(builder_mod._callbacks.stages))
     with pytest.raises(ValueError, match="report_interval"):
-        PipelineBuilder().add_source(range(3)).pipe(f).build(report_interval=0)
+        PipelineBuilder().add_source(range(3)).pipe(f).add_sink().build(report_interval=0)
     assert (len(builder_mod._callbacks.sources), len(builder_mod._callbacks.stages)) == before
 
 
@@ -293,12 +295,18 @@ def test_bad_build_settings_register_nothing():
             lambda: PipeConfig(f, timeout=float("inf")),
             "pipe: timeout must be a number of seconds > 0 or None, got 'inf'",
         ),
-        (lambda: PipeConfig(f, max_failures=-2), "pipe: max_failures must be an int >= -1, got -2"),
+        (
+            lambda: PipeConfig(f, max_failures=0.5),
+            "pipe: max_failures must be an int or a fractions.Fraction in (0, 1], got 0.5",
+        ),
         (lambda: AggregateConfig(0), "aggregate: num_items must be an int >= 1, got 0"),
         (lambda: SinkConfig(0), "add_sink: buffer_size must be an int >= 1, got 0"),
         (lambda: BuildConfig(num_threads=0), "build: num_threads must be an int >= 1 or None, got 0"),
         (lambda: BuildConfig(queue_size=0), "build: queue_size must be an int >= 1 or None, got 0"),
-        (lambda: BuildConfig(max_failures="all"), "build: max_failures must be an int >= -1, got 'all'"),
+        (
+            lambda: BuildConfig(max_failures="all"),
+            "build: max_failures must be an int or a fractions.Fraction in (0, 1], got 'all'",
+        ),
     ],
 )
 def test_configs_raise_the_engines_message(make, message):

@@ -392,13 +392,17 @@ def test_auto_concurrency_grows_where_threads_help(no_leaks):
             ValueError,
             "max_concurrency",
         ),
-        (lambda: PipelineBuilder().add_source([1]).build(cpu_budget=0), ValueError, "cpu_budget"),
+        (lambda: PipelineBuilder().add_source([1]).add_sink().build(cpu_budget=0), ValueError, "cpu_budget"),
         (lambda: PipelineBuilder().add_source([1]).pipe(str, timeout=0), ValueError, "timeout"),
         (lambda: PipelineBuilder().add_source([1]).pipe(str, timeout="1s"), ValueError, "timeout"),
         (lambda: PipelineBuilder().add_source([1]).aggregate(0), ValueError, "num_items"),
         (lambda: PipelineBuilder().add_source([1]).add_sink(0), ValueError, "buffer_size"),
-        (lambda: PipelineBuilder().add_source([1]).pipe(ops.NativeOp("nope")).build(), ValueError, "nope"),
-        (lambda: PipelineBuilder().add_source([1]).pipe(ops.to_tensor("float5")).build(), ValueError, "float5"),
+        (lambda: PipelineBuilder().add_source([1]).pipe(ops.NativeOp("nope")).add_sink().build(), ValueError, "nope"),
+        (
+            lambda: PipelineBuilder().add_source([1]).pipe(ops.to_tensor("float5")).add_sink().build(),
+            ValueError,
+            "float5",
+        ),
     ],
 )
 def test_builder_errors(make, exc, match):
@@ -473,4 +477,4 @@ def test_periodic_report_logs_stats(caplog):
     assert len(reports) >= 2, reports
     assert all("slow" in r and "bottleneck" in r for r in reports)
     with pytest.raises(ValueError, match="report_interval"):
-        PipelineBuilder().add_source([1]).build(report_interval=0)
+        PipelineBuilder().add_source([1]).add_sink().build(report_interval=0)

@@ -423,8 +423,8 @@ def test_report_stats_interval(caplog, no_leaks):
 
 
 def test_report_stats_interval_off_and_alias_conflict():
-    b = PipelineBuilder().add_source([1])
+    b = PipelineBuilder().add_source([1]).add_sink()
     p = b.build(report_stats_interval=-1)  # SPDL's default: no reports
     p.close()
     with pytest.raises(TypeError, match="report_stats_interval"):
-        PipelineBuilder().add_source([1]).build(report_stats_interval=1.0, report_interval=1.0)
+        PipelineBuilder().add_source([1]).add_sink().build(report_stats_interval=1.0, report_interval=1.0)
