@@ -435,5 +435,17 @@ func TestErrorReleaser(t *testing.T) {
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	// Close releases what the last epoch keeps: its fatal error.
+	failing.Store(true)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drain(t, p); err == nil {
+		t.Fatal("the third epoch did not fail")
+	}
+	p.Close()
+	if n := released.Load(); n != 8 {
+		t.Errorf("released %d after Close, want 8", n)
+	}
 	goleak.VerifyNone(t)
 }

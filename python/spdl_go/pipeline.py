@@ -132,6 +132,7 @@ class Pipeline:
         self._running = False
         self._started = False  # get_item starts the pipeline until the first start
         self._failure: PipelineFailure | None = None  # the epoch's, once built
+        self._failure_lock = threading.Lock()  # readers on several threads build it once
         self._failure_seen = False  # a read or a stop raised it
         self._report_interval = report_interval
         self._reporter: threading.Thread | None = None
@@ -221,11 +222,12 @@ class Pipeline:
 
     def _take_failure(self) -> PipelineFailure | None:
         """The epoch's PipelineFailure (built once per epoch), or None."""
-        if self._failure is None and self._handle:
-            report = _lib.call_json(_lib.LIB.spdl_pipeline_failure, self._h())
-            if report:
-                self._failure = _make_failure(report)
-        return self._failure
+        with self._failure_lock:
+            if self._failure is None and self._handle:
+                report = _lib.call_json(_lib.LIB.spdl_pipeline_failure, self._h())
+                if report:
+                    self._failure = _make_failure(report)
+            return self._failure
 
     def get_item(self, *, timeout: float | None = None) -> Any:
         """Returns the next item, starting the pipeline if it never was.
