@@ -185,7 +185,11 @@ func (o *pyOp) Process(ctx context.Context, in any) (any, error) {
 	// only for the duration of the call, which cgo allows.
 	rc := C.spdl_invoke_call(C.spdl_call_fn(unsafe.Pointer(f)), C.uint64_t(o.id),
 		(*C.uint8_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &out)
-	res := takeBuf(&out)
+	return o.result(rc, takeBuf(&out))
+}
+
+// result turns what the call callback returned into the op's result.
+func (o *pyOp) result(rc C.int, res []byte) (any, error) {
 	switch {
 	case rc == 0:
 		return pyDecoder.Decode(res)
@@ -195,6 +199,21 @@ func (o *pyOp) Process(ctx context.Context, in any) (any, error) {
 		return &pyStream{id: binary.LittleEndian.Uint64(res)}, nil
 	}
 	return nil, newPythonError(res)
+}
+
+// pyFlushOp is a Python aggregator: besides its calls, the host runs its
+// flush once when the stage's input ends (pipeline.Flusher). Go asks for
+// the flush with an empty argument (no wire value is empty).
+type pyFlushOp struct{ *pyOp }
+
+func (o *pyFlushOp) Flush(context.Context) (any, error) {
+	f := pyCallFn.Load()
+	if f == nil {
+		return nil, fmt.Errorf("python stage: spdl_init was not called with a call callback")
+	}
+	var out C.spdl_buf
+	rc := C.spdl_invoke_call(C.spdl_call_fn(unsafe.Pointer(f)), C.uint64_t(o.id), nil, 0, &out)
+	return o.result(rc, takeBuf(&out))
 }
 
 // threadStates tracks the Python thread state of each goroutine that is

@@ -69,6 +69,9 @@ typedef struct spdl_buf {
  *   Return 2 (out untouched) to pass nothing on for this input, or 3 with
  *   *out = an 8-byte little-endian stream id to pass on each value the
  *   stream yields: Go pulls them with spdl_next_fn(stream id).
+ *   With in == NULL and in_len == 0 (no wire value is empty), the input of
+ *   an aggregator stage ("flush": true in its op spec) has ended: run its
+ *   flush, answering as for a call.
  * spdl_next_fn: advance source (or stream) `src_id`: 0 and *out = encoded
  *   item, 1 at the end (out untouched), -1 and *out = error message.
  * spdl_release_fn: Go dropped its reference to registry object `obj_id`;

@@ -339,10 +339,20 @@ func buildOp(v any) (pipeline.Op, error) {
 		if err != nil {
 			return nil, fmt.Errorf("python op: %w", err)
 		}
+		// flush: the op is an aggregator whose flush the host runs when the
+		// stage's input ends (pipeline.Flusher).
+		flush, err := r.Bool("flush", false)
+		if err != nil {
+			return nil, fmt.Errorf("python op: %w", err)
+		}
 		if err := r.Done(); err != nil {
 			return nil, fmt.Errorf("python op: %w", err)
 		}
-		return &pyOp{id: id, ioBound: ioBound}, nil
+		if op := (&pyOp{id: id, ioBound: ioBound}); flush {
+			return &pyFlushOp{op}, nil
+		} else {
+			return op, nil
+		}
 	default:
 		return nil, fmt.Errorf("unknown op kind %q (want \"native\" or \"python\")", kind)
 	}

@@ -307,6 +307,9 @@ func New(cfg Config) (*Pipeline, error) {
 			if sc.Timeout < 0 {
 				return nil, bad("Timeout must be >= 0 (0 = none), got %v", sc.Timeout)
 			}
+			if msg := checkFlusher(&sc); msg != "" {
+				return nil, bad("%s", msg)
+			}
 		case KindAggregate:
 			if sc.Size < 1 {
 				return nil, bad("Size must be >= 1, got %d", sc.Size)

@@ -55,7 +55,10 @@ func (w *worker) run() error {
 	// Emitting happens only inside one or orderedOne, so once the last
 	// worker is here nobody can send to out any more.
 	defer w.exit()
-	return w.loop()
+	if err := w.loop(); err != nil {
+		return err
+	}
+	return w.flush() // flush.go: a Flusher op's end of input
 }
 
 // exit is deferred by every pipe worker (by its supervisor in a stage
