@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _codec, _lib
+from .aggregator import AggregatorOp
 
 __all__ = [
     "PySource",
@@ -80,6 +81,7 @@ class PyStage:
     is_async: bool
     streams: bool = False
     executor: Executor | None = None
+    flush: Callable[[], Any] | None = None  # an Aggregator's: Go calls it with an empty argument
 
     def call(self, arg: Any) -> Any:
         if self.is_async:
@@ -205,6 +207,9 @@ def register_stage(fn: Callable[[Any], Any], encode: Encoder, executor: Executor
     a generator function's values go on one by one); returns the id its
     spec names."""
     fid = _new_id()
+    if isinstance(fn, AggregatorOp):  # accumulate's result goes on as it is
+        stages[fid] = PyStage(fn, encode, False, flush=fn.flush if fn.flushes else None)
+        return fid
     streams = is_gen_op(fn) or is_async_gen_op(fn)
     stages[fid] = PyStage(fn, encode, is_async_op(fn), streams, executor)
     return fid
@@ -269,6 +274,13 @@ def _on_call(fn_id: int, in_ptr: int, in_len: int, out: int) -> int:
     arg = _NO_ITEM
     try:
         stage = stages[fn_id]
+        if in_len == 0 and stage.flush is not None:
+            res = stage.flush()  # the aggregator's input ended
+            if res is None:
+                return _CALL_SKIP
+            data = stage.encode(res)
+            _lib.LIB.spdl_buf_set(out, data, len(data))
+            return 0
         arg = _codec.decode(ctypes.string_at(in_ptr, in_len))
         res = stage.call(arg)
         if res is None:
