@@ -13,10 +13,9 @@ Example:
 from . import media, ops, sources
 from ._buffers import ArrowArray, Tensor
 from ._lib import LIB as _LIB
-from .builder import PipelineBuilder
 from .checkpoint import ResumableSource
 from .loader import DataLoader
-from .pipeline import Pipeline, PipelineError, PipelineFailure
+from .pipeline import Pipeline, PipelineBuilder, PipelineError, PipelineFailure
 from .stats import Bottleneck, PipelineStats, StageStats
 
 __version__ = _LIB.spdl_version().decode()

@@ -20,9 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from . import ops, sources
-from .builder import PipelineBuilder
 from .checkpoint import ResumableSource
-from .pipeline import Pipeline
+from .pipeline import Pipeline, PipelineBuilder
 from .stats import PipelineStats
 
 __all__ = ["DataLoader"]

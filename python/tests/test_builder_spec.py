@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-import spdl_go.builder as builder_mod
+import spdl_go.pipeline._build as build_mod
 from spdl_go import PipelineBuilder, ops, sources
-from spdl_go.builder import (
+from spdl_go.pipeline._build import BuildConfig
+from spdl_go.pipeline.defs import (
     AggregateConfig,
-    BuildConfig,
     DisaggregateConfig,
     PipeConfig,
     PipelineConfig,
@@ -41,19 +41,19 @@ class _Captured:
 
 @pytest.fixture
 def capture(monkeypatch):
-    monkeypatch.setattr(builder_mod, "Pipeline", _Captured)
+    monkeypatch.setattr(build_mod, "Pipeline", _Captured)
     registered = []
 
     def make_encoder(splits, native):
         registered.append((splits, native))
         return lambda obj: b""  # never called: nothing runs
 
-    monkeypatch.setattr(builder_mod._callbacks, "make_encoder", make_encoder)
+    monkeypatch.setattr(build_mod._callbacks, "make_encoder", make_encoder)
     yield registered
     # The captured pipelines were never built: forget their callables.
     while _Captured.made:
         p = _Captured.made.pop()
-        builder_mod._callbacks.unregister(p.source_ids, p.function_ids)
+        build_mod._callbacks.unregister(p.source_ids, p.function_ids)
 
 
 def _pipe(name, op, *, concurrency=1, max_concurrency=None, timeout_s=None, order="completion", max_failures=None):
@@ -248,10 +248,9 @@ def test_config_to_spec_without_a_builder():
         SourceConfig(sources.arange(3)),
         (PipeConfig(f, concurrency=2), AggregateConfig(2), DisaggregateConfig()),
         SinkConfig(4),
-        BuildConfig(num_threads=2),
     )
     _same_bytes(
-        json.dumps(config.to_spec(op_ids=[7])).encode(),
+        json.dumps(config.to_spec(op_ids=[7], settings=BuildConfig(num_threads=2).to_spec())).encode(),
         {
             "stages": [
                 _pipe("f", {"kind": "python", "id": 7}, concurrency=2),
@@ -278,10 +277,10 @@ def test_configs_are_frozen():
 
 
 def test_bad_build_settings_register_nothing():
-    before = (len(builder_mod._callbacks.sources), len(builder_mod._callbacks.stages))
+    before = (len(build_mod._callbacks.sources), len(build_mod._callbacks.stages))
     with pytest.raises(ValueError, match="report_interval"):
         PipelineBuilder().add_source(range(3)).pipe(f).add_sink().build(report_interval=0)
-    assert (len(builder_mod._callbacks.sources), len(builder_mod._callbacks.stages)) == before
+    assert (len(build_mod._callbacks.sources), len(build_mod._callbacks.stages)) == before
 
 
 @pytest.mark.parametrize(

@@ -380,7 +380,7 @@ def test_auto_concurrency_grows_where_threads_help(no_leaks):
 @pytest.mark.parametrize(
     "make,exc,match",
     [
-        (lambda: PipelineBuilder().add_sink().build(), ValueError, "add_source"),
+        (lambda: PipelineBuilder().add_sink().build(), RuntimeError, "Source is not set. Did you call `add_source`"),
         (lambda: PipelineBuilder().add_source(5), TypeError, "iterable"),
         (lambda: PipelineBuilder().add_source([1]).pipe(3), TypeError, "callable"),
         (lambda: PipelineBuilder().add_source([1]).pipe(str, concurrency=0), ValueError, "concurrency"),

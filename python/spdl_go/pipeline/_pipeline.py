@@ -3,7 +3,7 @@
 A pipeline is a source, then stages, then a sink that prefetches. Stages
 run on Go threads: native ops without the GIL, Python callables with the
 GIL held only while Python code runs. Iterating a pipeline is one epoch;
-iterate again for the next one. ``PipelineBuilder`` (``spdl_go.builder``)
+iterate again for the next one. ``PipelineBuilder`` or ``build_pipeline``
 makes one; this module owns it from then on: its epochs, its items, its
 stats, a periodic stats reporter, and closing it (at interpreter exit
 too, before the callbacks its threads run are torn down).
@@ -30,11 +30,11 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import _callbacks, _codec, _lib
-from .stats import Bottleneck, PipelineStats, StageStats
+from .. import _callbacks, _codec, _lib
+from ..stats import Bottleneck, PipelineStats, StageStats
 
-# The stats types live in spdl_go.stats; they are imported here too so that
-# ``from spdl_go.pipeline import PipelineStats`` goes on working.
+# The stats types live in spdl_go.stats; spdl_go.pipeline re-exports them
+# so that ``from spdl_go.pipeline import PipelineStats`` goes on working.
 __all__ = ["Bottleneck", "Pipeline", "PipelineError", "PipelineFailure", "PipelineStats", "StageStats"]
 
 _DEFAULT_MESSAGE = "pipeline stages failed"
@@ -437,13 +437,3 @@ def _make_failure(report: dict[str, Any]) -> PipelineFailure:
             exc.__cause__ = cause  # a BaseException (KeyboardInterrupt) cannot be grouped
         errors.append((str(e.get("stage") or "pipeline"), exc))
     return PipelineFailure(errors, str(report["message"]))
-
-
-def __getattr__(name: str) -> Any:
-    # PipelineBuilder lived here before spdl_go.builder; builder imports this
-    # module, so the old name is resolved on first use.
-    if name == "PipelineBuilder":
-        from .builder import PipelineBuilder
-
-        return PipelineBuilder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

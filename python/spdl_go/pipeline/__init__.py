@@ -1,0 +1,33 @@
+"""Pipelines, as SPDL's ``spdl.pipeline`` names them.
+
+``PipelineBuilder`` assembles a pipeline call by call; ``build_pipeline``
+builds one from a ``PipelineConfig`` (``spdl_go.pipeline.defs``), the same
+object ``PipelineBuilder.get_config()`` returns. Both give a ``Pipeline``,
+which raises ``PipelineFailure`` when a source or a stage fails.
+
+Example:
+    >>> from spdl_go.pipeline import PipelineBuilder, build_pipeline
+    >>> builder = PipelineBuilder().add_source(range(4)).pipe(str).add_sink(2)
+    >>> list(build_pipeline(builder.get_config(), num_threads=2))
+    ['0', '1', '2', '3']
+"""
+
+# spdl_go.builder imports this package's modules, not the package: the
+# package must be imported first (spdl_go takes PipelineBuilder from here).
+from ..builder import PipelineBuilder
+from ..stats import Bottleneck, PipelineStats, StageStats
+from . import defs
+from ._build import build_pipeline
+from ._pipeline import Pipeline, PipelineError, PipelineFailure
+
+__all__ = [
+    "Bottleneck",
+    "Pipeline",
+    "PipelineBuilder",
+    "PipelineError",
+    "PipelineFailure",
+    "PipelineStats",
+    "StageStats",
+    "build_pipeline",
+    "defs",
+]

@@ -1,0 +1,502 @@
+"""Declarative pipelines: the stage configs and the factories that make them.
+
+A pipeline is a ``SourceConfig``, a sequence of stage configs and a
+``SinkConfig``, gathered in a ``PipelineConfig`` that
+``spdl_go.pipeline.build_pipeline`` turns into a ``Pipeline``.
+``PipelineBuilder`` makes the same objects, one per call, and its
+``get_config()`` returns them.
+
+``Pipe``, ``Aggregate`` and ``Disaggregate`` make the stage configs with
+the same arguments as the builder's ``pipe``, ``aggregate`` and
+``disaggregate``. The engine checks the values (``spdl_spec_check``, with
+the code that reads them for the build) when a config is constructed, so
+a bad argument fails where it is given; Python checks only what Go cannot
+see (callables, iterables, executors).
+
+A config made only of native ops (``spdl_go.ops``) and native sources
+(``spdl_go.sources``) can be saved as JSON (``PipelineConfig.to_json``)
+and read back (``PipelineConfig.from_json``).
+
+Example:
+    >>> from spdl_go import ops, sources
+    >>> from spdl_go.pipeline import build_pipeline
+    >>> from spdl_go.pipeline.defs import Aggregate, Pipe, PipelineConfig, SinkConfig, SourceConfig
+    >>> config = PipelineConfig(
+    ...     src=SourceConfig(sources.arange(6)),
+    ...     pipes=[Pipe(ops.identity(), concurrency=2, output_order="input"), Aggregate(4)],
+    ...     sink=SinkConfig(buffer_size=2),
+    ... )
+    >>> [list(b) for b in build_pipeline(config, num_threads=2)]
+    [[0, 1, 2, 3], [4, 5]]
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import math
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+from .. import _callbacks, _lib
+from ..ops import NativeOp
+from ..sources import NativeSource
+
+__all__ = [
+    "Aggregate",
+    "AggregateConfig",
+    "Disaggregate",
+    "DisaggregateConfig",
+    "OutputOrder",
+    "Pipe",
+    "PipeConfig",
+    "PipelineConfig",
+    "SinkConfig",
+    "SourceConfig",
+    "StageConfig",
+]
+
+OutputOrder = Literal["completion", "input"]
+
+
+def _arg(v: object) -> object:
+    """An argument as the user gave it, for the spec: JSON's scalars pass
+    as they are, anything else as its repr (Go names it when it refuses)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float) and math.isfinite(v):
+        return v
+    return repr(v)
+
+
+def _limit(v: object) -> object:
+    """A max_failures for the spec: a Fraction (a failure rate) travels as
+    {"fraction": [num, den]}; anything else as ``_arg`` shapes it."""
+    if isinstance(v, Fraction):
+        return {"fraction": [v.numerator, v.denominator]}
+    return _arg(v)
+
+
+def _check(part: str, spec: dict[str, Any]) -> None:
+    """Asks Go to check a part of the spec ("stage", "pipeline"); raises
+    ValueError with its message."""
+    raw = json.dumps(spec).encode()
+    _lib.call(_lib.LIB.spdl_spec_check, part.encode(), raw, len(raw), error=ValueError)
+
+
+# ---- the configs -------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    """Where items come from: a Python iterable (``iter()`` is called once
+    per epoch), an async iterable (a fresh ``aiter()`` each epoch, run on
+    an event loop; ``aclose()`` when it ends, fails or the next epoch
+    starts first) or a native source from ``spdl_go.sources``."""
+
+    source: Iterable[Any] | AsyncIterable[Any] | NativeSource
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, (NativeSource, Iterable, AsyncIterable)):
+            raise TypeError(
+                f"add_source: expected an iterable, an async iterable or a native source, got {type(self.source).__name__}"
+            )
+
+    def to_spec(self, source_id: int | None = None) -> dict[str, Any]:
+        """The source's spec; a Python source names its registry id."""
+        if isinstance(self.source, NativeSource):
+            return self.source.spec()
+        return {"kind": "python", "id": source_id}
+
+
+@dataclass(frozen=True, slots=True)
+class PipeConfig:
+    """A stage that applies ``op`` to each item (see ``PipelineBuilder.pipe``).
+
+    ``name`` None means the op's name. A container ``op`` (one with
+    ``__getitem__`` that is not callable: a dict, list, tuple) is kept as
+    its ``__getitem__``, so the stage is named ``"__getitem__"``.
+    """
+
+    op: Callable[[Any], Any] | NativeOp
+    name: str | None = None
+    concurrency: int | Literal["auto"] = 1
+    max_concurrency: int | None = None
+    output_order: OutputOrder = "completion"
+    max_failures: int | Fraction | None = None
+    timeout: float | None = None
+    executor: Executor | None = None
+
+    def __post_init__(self) -> None:
+        op = self.op
+        if not isinstance(op, NativeOp) and not callable(op):
+            if not hasattr(op, "__getitem__"):
+                raise TypeError(
+                    f"pipe: op must be callable, a container (dict, list, tuple) or a spdl_go.ops op, got {type(op).__name__}"
+                )
+            op = op.__getitem__
+            object.__setattr__(self, "op", op)
+        if not isinstance(op, NativeOp):
+            _check_python_op(op, self.executor)
+        elif self.executor is not None:
+            raise ValueError("pipe: executor applies only to a Python op, not to a native op")
+        if self.name is None:
+            object.__setattr__(self, "name", _op_name(op))
+        _check("stage", self.to_spec())
+
+    @property
+    def native(self) -> bool:
+        """Whether the op runs in Go (a ``spdl_go.ops`` op)."""
+        return isinstance(self.op, NativeOp)
+
+    @property
+    def waits(self) -> bool:
+        """Whether the Python op's calls only wait (an async op on an event
+        loop, a sync op run in ``executor``): they do not count against
+        ``build(num_threads=)``."""
+        op = self.op
+        if isinstance(op, NativeOp):
+            return False
+        return self.executor is not None or _callbacks.is_async_op(op) or _callbacks.is_async_gen_op(op)
+
+    def to_spec(self, op_id: int | None = None) -> dict[str, Any]:
+        """The stage's spec; a Python op names its registry id."""
+        if isinstance(self.op, NativeOp):
+            op = self.op.spec()
+        else:
+            op = {"kind": "python", "id": op_id}
+            if self.waits:
+                op["io_bound"] = True
+            if getattr(self.op, "flushes", False) is True:  # an Aggregator (aggregator.AggregatorOp)
+                op["flush"] = True
+        return {
+            "kind": "pipe",
+            "name": _arg(self.name),
+            "concurrency": _arg(self.concurrency),
+            "max_concurrency": _arg(self.max_concurrency),
+            "timeout_s": _arg(self.timeout),
+            "output_order": _arg(self.output_order),
+            "max_failures": _limit(self.max_failures),
+            "op": op,
+        }
+
+
+def _op_name(op: Callable[[Any], Any] | NativeOp) -> str:
+    """A stage's default name: a native op's name, a Python callable's
+    ``__name__`` (that of the function a ``functools.partial`` wraps), or
+    else its type's name."""
+    if isinstance(op, NativeOp):
+        return op.name
+    while isinstance(op, functools.partial):
+        op = op.func
+    return str(getattr(op, "__name__", type(op).__name__))
+
+
+def _check_python_op(op: Callable[[Any], Any], executor: Executor | None) -> None:
+    """What only Python can see about a Python op: an async op cannot take
+    an executor, and an op must accept one positional argument."""
+    is_async = _callbacks.is_async_op(op) or _callbacks.is_async_gen_op(op)
+    if executor is not None:
+        if is_async:
+            raise ValueError("pipe: executor cannot be given with an async op (it already runs on an event loop)")
+        if not isinstance(executor, Executor):
+            raise TypeError(f"pipe: executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
+    try:
+        sig = inspect.signature(op)
+    except (TypeError, ValueError):
+        return  # some builtins have no signature: they will tell at the first call
+    try:
+        sig.bind(None)
+    except TypeError as e:
+        raise TypeError(
+            f"pipe: op {getattr(op, '__name__', op)!r} must accept one positional argument (the item): {e}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateConfig:
+    """Groups ``size`` consecutive items into a list; the last, shorter
+    group is dropped if ``drop_last``."""
+
+    size: int
+    drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        _check("stage", self.to_spec())
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"kind": "aggregate", "num_items": _arg(self.size), "drop_last": bool(self.drop_last)}
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggregateConfig:
+    """Splits each list item into its elements."""
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"kind": "disaggregate"}
+
+
+StageConfig = PipeConfig | AggregateConfig | DisaggregateConfig
+"""One stage of a pipeline, in the order the builder added it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SinkConfig:
+    """How many finished items are prefetched ahead of the consumer."""
+
+    buffer_size: int = 3
+
+    def __post_init__(self) -> None:
+        _check("pipeline", self.to_spec())
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"buffer_size": _arg(self.buffer_size)}
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    """A whole pipeline: its source, its stages in order, and its sink.
+
+    ``spdl_go.pipeline.build_pipeline`` builds it; the settings of the run
+    (threads, failure limit, queue size) are that function's arguments.
+    ``pipes`` may be any sequence; it is kept as a tuple.
+    """
+
+    src: SourceConfig
+    pipes: Sequence[StageConfig]
+    sink: SinkConfig
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.src, SourceConfig):
+            raise TypeError(f"PipelineConfig: src must be a SourceConfig, got {type(self.src).__name__}")
+        if isinstance(self.pipes, (str, bytes)) or not isinstance(self.pipes, Iterable):
+            raise TypeError(
+                f"PipelineConfig: pipes must be a sequence of stage configs, got {type(self.pipes).__name__}"
+            )
+        pipes = tuple(self.pipes)
+        for i, p in enumerate(pipes):
+            if not isinstance(p, (PipeConfig, AggregateConfig, DisaggregateConfig)):
+                raise TypeError(
+                    f"PipelineConfig: pipes[{i}] must be a PipeConfig, AggregateConfig or DisaggregateConfig "
+                    f"(see Pipe, Aggregate, Disaggregate), got {type(p).__name__}"
+                )
+        object.__setattr__(self, "pipes", pipes)
+        if not isinstance(self.sink, SinkConfig):
+            raise TypeError(f"PipelineConfig: sink must be a SinkConfig, got {type(self.sink).__name__}")
+
+    def to_spec(
+        self,
+        source_id: int | None = None,
+        op_ids: Sequence[int | None] = (),
+        settings: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The spec ``spdl_pipeline_new`` takes. ``source_id`` is the Python
+        source's registry id; ``op_ids[i]`` that of stage i's Python op;
+        ``settings`` the build's settings (``BuildConfig.to_spec()``)."""
+        ids = list(op_ids) + [None] * (len(self.pipes) - len(op_ids))
+        stages = [
+            s.to_spec(i) if isinstance(s, PipeConfig) else s.to_spec() for s, i in zip(self.pipes, ids, strict=True)
+        ]
+        return {
+            "stages": stages,
+            **self.sink.to_spec(),
+            **(settings or {}),
+            "source": self.src.to_spec(source_id),
+        }
+
+    def encoding(self, start: int) -> tuple[int, bool]:
+        """For output emitted before stage ``start``: how many disaggregates
+        will split it before a consumer sees it, and whether that consumer
+        is native (the sink is the user's Python code)."""
+        depth = 0
+        splits = 0
+        for st in self.pipes[start:]:
+            if isinstance(st, AggregateConfig):
+                depth += 1
+            elif isinstance(st, DisaggregateConfig):
+                if depth:
+                    depth -= 1
+                else:
+                    splits += 1
+            else:
+                return splits, st.native
+        return splits, False
+
+    # ---- JSON ----------------------------------------------------------------
+    def to_json(self, **kwargs: Any) -> str:
+        """The config as JSON, for a config made only of native ops and a
+        native source; ``kwargs`` go to ``json.dumps`` (e.g. ``indent=2``).
+        ``PipelineConfig.from_json`` reads it back. Options are written as
+        given, storage credentials included: treat the text as a secret
+        if they are in it.
+
+        Raises:
+            TypeError: the source or a stage holds Python code (an
+                iterable, a callable, an executor); the message names it.
+        """
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form ``to_json`` writes (see there)."""
+        src = self.src.source
+        if not isinstance(src, NativeSource):
+            raise TypeError(
+                f"PipelineConfig.to_json: the source is Python code ({type(src).__name__}); "
+                "only a native source (spdl_go.sources) can be serialised"
+            )
+        pipes: list[dict[str, Any]] = []
+        for i, st in enumerate(self.pipes):
+            if isinstance(st, PipeConfig):
+                if not isinstance(st.op, NativeOp):
+                    raise TypeError(
+                        f"PipelineConfig.to_json: stage {i} ({st.name!r}) runs a Python callable; "
+                        "only native ops (spdl_go.ops) can be serialised"
+                    )
+                pipes.append(
+                    {
+                        "type": "pipe",
+                        "op": {"name": st.op.name, "options": st.op.options},
+                        "name": st.name,
+                        "concurrency": st.concurrency,
+                        "max_concurrency": st.max_concurrency,
+                        "output_order": st.output_order,
+                        "max_failures": _limit(st.max_failures),
+                        "timeout": st.timeout,
+                    }
+                )
+            elif isinstance(st, AggregateConfig):
+                if not isinstance(st.size, int):
+                    raise TypeError(
+                        f"PipelineConfig.to_json: stage {i} (aggregate) uses Python code "
+                        f"({type(st.size).__name__}); only aggregate(num_items) can be serialised"
+                    )
+                pipes.append({"type": "aggregate", "num_items": st.size, "drop_last": st.drop_last})
+            else:
+                pipes.append({"type": "disaggregate"})
+        return {
+            "format": _JSON_FORMAT,
+            "src": {"kind": src.kind, "options": src.options, "resumes": src.resumes},
+            "pipes": pipes,
+            "sink": {"buffer_size": self.sink.buffer_size},
+        }
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> PipelineConfig:
+        """Reads a config ``to_json`` wrote.
+
+        Raises:
+            ValueError: ``data`` is not such a config; the message says
+                which part is wrong. Values are checked as when the
+                configs are made directly.
+        """
+        try:
+            obj = json.loads(data)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"PipelineConfig.from_json: not JSON: {e}") from None
+        return cls.from_dict(obj)
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> PipelineConfig:
+        """Reads the form ``to_dict`` returns (see ``from_json``)."""
+        where = "PipelineConfig.from_json"
+        _expect(obj, dict, where)
+        if obj.get("format") != _JSON_FORMAT:
+            raise ValueError(f"{where}: format must be {_JSON_FORMAT!r}, got {obj.get('format')!r}")
+        src = _expect(obj.get("src"), dict, f"{where}: src")
+        source = NativeSource(
+            _expect(src.get("kind"), str, f"{where}: src.kind"),
+            _expect(src.get("options"), dict, f"{where}: src.options"),
+            src.get("resumes"),
+        )
+        pipes: list[StageConfig] = []
+        for i, p in enumerate(_expect(obj.get("pipes"), list, f"{where}: pipes")):
+            at = f"{where}: pipes[{i}]"
+            _expect(p, dict, at)
+            kind = p.get("type")
+            if kind == "pipe":
+                op = _expect(p.get("op"), dict, f"{at}.op")
+                pipes.append(
+                    PipeConfig(
+                        NativeOp(
+                            _expect(op.get("name"), str, f"{at}.op.name"),
+                            _expect(op.get("options", {}), dict, f"{at}.op.options"),
+                        ),
+                        name=p.get("name"),
+                        concurrency=p.get("concurrency", 1),
+                        max_concurrency=p.get("max_concurrency"),
+                        output_order=p.get("output_order", "completion"),
+                        max_failures=_unlimit(p.get("max_failures")),
+                        timeout=p.get("timeout"),
+                    )
+                )
+            elif kind == "aggregate":
+                pipes.append(AggregateConfig(p.get("num_items"), drop_last=p.get("drop_last", False)))
+            elif kind == "disaggregate":
+                pipes.append(DisaggregateConfig())
+            else:
+                raise ValueError(f"{at}.type must be 'pipe', 'aggregate' or 'disaggregate', got {kind!r}")
+        sink = _expect(obj.get("sink"), dict, f"{where}: sink")
+        return cls(SourceConfig(source), pipes, SinkConfig(sink.get("buffer_size", 3)))
+
+
+_JSON_FORMAT = "spdl_go.pipeline/1"
+
+
+def _expect(v: Any, t: type, what: str) -> Any:
+    if not isinstance(v, t):
+        raise ValueError(f"{what} must be a JSON {_JSON_NAMES[t]}, got {v!r}")
+    return v
+
+
+_JSON_NAMES: dict[type, str] = {dict: "object", list: "array", str: "string"}
+
+
+def _unlimit(v: Any) -> Any:
+    """Undoes ``_limit``: {"fraction": [num, den]} is a Fraction again."""
+    if isinstance(v, dict) and set(v) == {"fraction"}:
+        num, den = v["fraction"]
+        return Fraction(num, den)
+    return v
+
+
+# ---- the factories, as SPDL names them -----------------------------------------
+def Pipe(  # noqa: N802 - SPDL's name
+    op: Callable[[Any], Any] | NativeOp | Any,
+    /,
+    *,
+    concurrency: int | Literal["auto"] = 1,
+    executor: Executor | None = None,
+    name: str | None = None,
+    output_order: OutputOrder = "completion",
+    max_failures: int | Fraction | None = None,
+    max_concurrency: int | None = None,
+    timeout: float | None = None,
+) -> PipeConfig:
+    """A stage that applies ``op`` to each item: the config
+    ``PipelineBuilder.pipe`` adds, with the same arguments (see there).
+    ``max_concurrency`` and ``timeout`` are spdl-go's own."""
+    return PipeConfig(
+        op,
+        name=name,
+        concurrency=concurrency,
+        max_concurrency=max_concurrency,
+        output_order=output_order,
+        max_failures=max_failures,
+        timeout=timeout,
+        executor=executor,
+    )
+
+
+def Aggregate(num_items: int, /, *, drop_last: bool = False) -> AggregateConfig:  # noqa: N802 - SPDL's name
+    """A stage that groups ``num_items`` consecutive items into a list;
+    the last, shorter group is dropped if ``drop_last`` (as
+    ``PipelineBuilder.aggregate``)."""
+    return AggregateConfig(num_items, drop_last=drop_last)
+
+
+def Disaggregate() -> DisaggregateConfig:  # noqa: N802 - SPDL's name
+    """A stage that splits each list item into its elements (as
+    ``PipelineBuilder.disaggregate``)."""
+    return DisaggregateConfig()

@@ -1,0 +1,281 @@
+"""Declarative pipelines as SPDL writes them: ``spdl_go.pipeline.defs``
+configs built with ``build_pipeline``, ``PipelineBuilder.get_config``, and
+the JSON form of a config made only of native ops and a native source."""
+
+import functools
+import inspect
+import json
+from fractions import Fraction
+
+import pytest
+
+import spdl_go
+import spdl_go.builder
+from spdl_go import ops, sources
+from spdl_go.pipeline import Pipeline, PipelineBuilder, PipelineFailure, build_pipeline
+from spdl_go.pipeline.defs import (
+    Aggregate,
+    AggregateConfig,
+    Disaggregate,
+    DisaggregateConfig,
+    Pipe,
+    PipeConfig,
+    PipelineConfig,
+    SinkConfig,
+    SourceConfig,
+)
+
+
+def square(x):
+    return x * x
+
+
+def add(x, n):
+    return x + n
+
+
+def test_one_set_of_names():
+    # The builder's configs are the defs' configs; the old homes still work.
+    for name in ["SourceConfig", "PipeConfig", "AggregateConfig", "DisaggregateConfig", "SinkConfig", "PipelineConfig"]:
+        assert getattr(spdl_go.builder, name) is getattr(spdl_go.pipeline.defs, name)
+    assert spdl_go.PipelineBuilder is PipelineBuilder is spdl_go.builder.PipelineBuilder
+    assert spdl_go.Pipeline is Pipeline and spdl_go.PipelineFailure is PipelineFailure
+    assert spdl_go.pipeline.PipelineError is PipelineFailure
+    from spdl_go.pipeline import Bottleneck, PipelineStats, StageStats
+
+    assert (Bottleneck, PipelineStats, StageStats) == (spdl_go.Bottleneck, spdl_go.PipelineStats, spdl_go.StageStats)
+
+
+def test_signatures_are_spdls():
+    def params(fn):
+        return {
+            n: (p.kind.name, p.default if p.default is not inspect.Parameter.empty else "required")
+            for n, p in inspect.signature(fn).parameters.items()
+        }
+
+    pipe = params(Pipe)
+    assert pipe["op"] == ("POSITIONAL_ONLY", "required")
+    for name, default in [
+        ("concurrency", 1),
+        ("executor", None),
+        ("name", None),
+        ("output_order", "completion"),
+        ("max_failures", None),
+        ("max_concurrency", None),  # spdl-go's own
+        ("timeout", None),  # spdl-go's own
+    ]:
+        assert pipe[name] == ("KEYWORD_ONLY", default), name
+    assert params(Aggregate) == {"num_items": ("POSITIONAL_ONLY", "required"), "drop_last": ("KEYWORD_ONLY", False)}
+    assert params(Disaggregate) == {}
+    build = params(build_pipeline)
+    assert build["pipeline_cfg"] == ("POSITIONAL_ONLY", "required")
+    assert build["max_failures"] == ("KEYWORD_ONLY", -1)
+    assert build["report_stats_interval"] == ("KEYWORD_ONLY", -1)
+    assert build["num_threads"][0] == "KEYWORD_ONLY"
+    assert [f for f in PipelineConfig.__dataclass_fields__] == ["src", "pipes", "sink"]
+
+
+def _builder_python():
+    return (
+        PipelineBuilder()
+        .add_source(range(20))
+        .pipe(square, concurrency=3, output_order="input")
+        .aggregate(4)
+        .pipe(sum)
+        .aggregate(2, drop_last=True)
+        .disaggregate()
+        .add_sink(3)
+    )
+
+
+def test_defs_build_what_the_builder_builds():
+    config = PipelineConfig(
+        src=SourceConfig(range(20)),
+        pipes=[
+            Pipe(square, concurrency=3, output_order="input"),
+            Aggregate(4),
+            Pipe(sum),
+            Aggregate(2, drop_last=True),
+            Disaggregate(),
+        ],
+        sink=SinkConfig(buffer_size=3),
+    )
+    want = [sum(x * x for x in range(i, i + 4)) for i in range(0, 16, 4)]
+    assert list(build_pipeline(config, num_threads=2)) == want
+    assert list(_builder_python().build(num_threads=2)) == want
+
+
+def test_get_config_is_the_same_config():
+    cfg = _builder_python().get_config()
+    assert isinstance(cfg, PipelineConfig)
+    assert [type(p) for p in cfg.pipes] == [
+        PipeConfig,
+        AggregateConfig,
+        PipeConfig,
+        AggregateConfig,
+        DisaggregateConfig,
+    ]
+    assert cfg.pipes[0].op is square and cfg.pipes[0].concurrency == 3 and cfg.pipes[0].output_order == "input"
+    assert cfg.pipes[0] == Pipe(square, concurrency=3, output_order="input")
+    assert cfg.pipes[3] == Aggregate(2, drop_last=True)
+    assert cfg.sink == SinkConfig(3)
+    # get_config can be built more than once, and by build_pipeline.
+    assert list(build_pipeline(cfg, num_threads=1)) == list(build_pipeline(cfg, num_threads=4))
+
+
+def test_get_config_needs_source_and_sink():
+    with pytest.raises(RuntimeError, match="Source is not set. Did you call `add_source`"):
+        PipelineBuilder().add_sink(2).get_config()
+    with pytest.raises(RuntimeError, match="Sink is not set. Did you call `add_sink`"):
+        PipelineBuilder().add_source([1]).get_config()
+
+
+def test_build_pipeline_settings_and_stats():
+    config = PipelineConfig(SourceConfig([1, 2, 3]), [Pipe(square, name="sq")], SinkConfig(1))
+    p = build_pipeline(config, num_threads=1, max_failures=0, queue_size=2, cpu_budget=2, report_stats_interval=-1)
+    with p.auto_stop():
+        assert list(p) == [1, 4, 9]
+        assert p.stats().stages[0].name == "sq"
+
+
+def test_pipe_names_and_containers():
+    assert Pipe(square).name == "square"
+    assert Pipe(functools.partial(add, n=1)).name == "add"  # the function a partial wraps, as SPDL
+    assert Pipe(ops.identity()).name == "identity"
+    assert Pipe({1: "a"}).name == "__getitem__"
+    assert Pipe(square, name="mine").name == "mine"
+    cfg = PipelineConfig(SourceConfig([2, 1]), (Pipe({1: "a", 2: "b"}), Pipe(str.upper)), SinkConfig(2))
+    assert list(build_pipeline(cfg, num_threads=1)) == ["B", "A"]
+
+
+def test_pipe_max_failures_overrides_builds():
+    def fail_odd(x):
+        if x % 2:
+            raise ValueError(x)
+        return x
+
+    cfg = PipelineConfig(SourceConfig(range(6)), [Pipe(fail_odd, max_failures=-1)], SinkConfig(2))
+    with build_pipeline(cfg, num_threads=1, max_failures=0).auto_stop() as p:
+        assert sorted(p) == [0, 2, 4]
+
+
+@pytest.mark.parametrize(
+    "make,error,message",
+    [
+        (lambda: Pipe(square, concurrency=0), ValueError, "pipe: concurrency must be an int >= 1 or 'auto', got 0"),
+        (lambda: Pipe(square, output_order="random"), ValueError, "output_order"),
+        (lambda: Pipe(square, max_failures=0.5), ValueError, "max_failures"),
+        (lambda: Pipe(square, timeout=0), ValueError, "timeout"),
+        (lambda: Pipe(3), TypeError, "op must be callable"),
+        (lambda: Pipe(lambda: 1), TypeError, "one positional argument"),
+        (lambda: Pipe(ops.identity(), executor=object()), ValueError, "executor"),
+        (lambda: Pipe(square, 2), TypeError, "positional"),
+        (lambda: Aggregate(0), ValueError, "aggregate: num_items must be an int >= 1, got 0"),
+        (lambda: Aggregate(2, True), TypeError, "positional"),
+        (lambda: SinkConfig(0), ValueError, "buffer_size"),
+        (lambda: SourceConfig(5), TypeError, "iterable"),
+        (lambda: PipelineConfig(range(3), [], SinkConfig(1)), TypeError, "src must be a SourceConfig, got range"),
+        (
+            lambda: PipelineConfig(SourceConfig([1]), [Pipe(square), square], SinkConfig(1)),
+            TypeError,
+            r"pipes\[1\] must be a PipeConfig",
+        ),
+        (lambda: PipelineConfig(SourceConfig([1]), [], 3), TypeError, "sink must be a SinkConfig, got int"),
+        (lambda: build_pipeline(SourceConfig([1])), TypeError, "expected a PipelineConfig, got SourceConfig"),
+        (
+            lambda: build_pipeline(PipelineConfig(SourceConfig([1]), [], SinkConfig(1)), num_threads=0),
+            ValueError,
+            "num_threads",
+        ),
+        (
+            lambda: build_pipeline(PipelineConfig(SourceConfig([1]), [], SinkConfig(1)), max_failures="all"),
+            ValueError,
+            "max_failures",
+        ),
+        (
+            lambda: build_pipeline(
+                PipelineConfig(SourceConfig([1]), [], SinkConfig(1)), report_stats_interval=1, report_interval=2
+            ),
+            TypeError,
+            "not both",
+        ),
+    ],
+)
+def test_bad_arguments_name_themselves(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+# ---- JSON ---------------------------------------------------------------------
+def _native_config():
+    return PipelineConfig(
+        src=SourceConfig(sources.arange(10)),
+        pipes=[
+            Pipe(ops.identity(), concurrency=2, output_order="input", max_failures=Fraction(1, 10), timeout=5.0),
+            Aggregate(3),
+            Disaggregate(),
+            Pipe(ops.identity(), concurrency="auto", max_concurrency=2, name="again", max_failures=3),
+            Aggregate(4, drop_last=True),
+        ],
+        sink=SinkConfig(2),
+    )
+
+
+def test_json_round_trip():
+    config = _native_config()
+    text = config.to_json()
+    back = PipelineConfig.from_json(text)
+    assert back == config
+    assert back.to_json() == text
+    assert PipelineConfig.from_json(text.encode()) == config
+    assert back.pipes[0].max_failures == Fraction(1, 10)
+    assert json.loads(config.to_json(indent=2)) == json.loads(text)
+    want = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert list(build_pipeline(config, num_threads=2)) == want
+    assert list(build_pipeline(back, num_threads=2)) == want
+
+
+def test_json_round_trip_keeps_a_resumable_source():
+    src = sources.sampler(8, shuffle=True, seed=3)
+    config = PipelineConfig(SourceConfig(src), [Pipe(ops.identity())], SinkConfig(3))
+    back = PipelineConfig.from_json(config.to_json())
+    assert back.src.source == src and back.src.source.resumes == src.resumes
+    assert sorted(build_pipeline(back, num_threads=1)) == sorted(build_pipeline(config, num_threads=1))
+
+
+def test_json_refuses_python_code_naming_it():
+    native = _native_config()
+    with pytest.raises(TypeError, match=r"stage 1 \('square'\) runs a Python callable"):
+        PipelineConfig(native.src, [Aggregate(2), Pipe(square)], native.sink).to_json()
+    with pytest.raises(TypeError, match=r"the source is Python code \(range\)"):
+        PipelineConfig(SourceConfig(range(3)), [Pipe(ops.identity())], native.sink).to_json()
+    with pytest.raises(TypeError, match=r"stage 0 \('sq'\)"):
+        PipelineBuilder().add_source(sources.arange(3)).pipe(square, name="sq").add_sink(1).get_config().to_json()
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("{", "not JSON"),
+        ("[]", "must be a JSON object"),
+        ('{"format": "other"}', "format must be 'spdl_go.pipeline/1'"),
+        ('{"format": "spdl_go.pipeline/1", "src": 1}', "src must be a JSON object"),
+        (
+            '{"format": "spdl_go.pipeline/1", "src": {"kind": "range", "options": {}}, "pipes": [{"type": "x"}]}',
+            r"pipes\[0\].type must be 'pipe', 'aggregate' or 'disaggregate', got 'x'",
+        ),
+        (
+            '{"format": "spdl_go.pipeline/1", "src": {"kind": "range", "options": {}},'
+            ' "pipes": [{"type": "aggregate", "num_items": 0}], "sink": {}}',
+            "num_items must be an int >= 1, got 0",
+        ),
+        (
+            '{"format": "spdl_go.pipeline/1", "src": {"kind": "range", "options": {}},'
+            ' "pipes": [{"type": "pipe", "op": {"name": 3}}], "sink": {}}',
+            r"pipes\[0\].op.name must be a JSON string, got 3",
+        ),
+    ],
+)
+def test_from_json_names_what_is_wrong(text, message):
+    with pytest.raises(ValueError, match=message):
+        PipelineConfig.from_json(text)
