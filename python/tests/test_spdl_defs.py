@@ -18,6 +18,7 @@ from spdl_go.pipeline.defs import (
     AggregateConfig,
     Disaggregate,
     DisaggregateConfig,
+    Merge,
     Pipe,
     PipeConfig,
     PipelineConfig,
@@ -174,7 +175,11 @@ def test_pipe_max_failures_overrides_builds():
         (lambda: Aggregate(2, True), TypeError, "positional"),
         (lambda: SinkConfig(0), ValueError, "buffer_size"),
         (lambda: SourceConfig(5), TypeError, "iterable"),
-        (lambda: PipelineConfig(range(3), [], SinkConfig(1)), TypeError, "src must be a SourceConfig, got range"),
+        (
+            lambda: PipelineConfig(range(3), [], SinkConfig(1)),
+            TypeError,
+            "src must be a SourceConfig or a MergeConfig, got range",
+        ),
         (
             lambda: PipelineConfig(SourceConfig([1]), [Pipe(square), square], SinkConfig(1)),
             TypeError,
@@ -279,3 +284,81 @@ def test_json_refuses_python_code_naming_it():
 def test_from_json_names_what_is_wrong(text, message):
     with pytest.raises(ValueError, match=message):
         PipelineConfig.from_json(text)
+
+
+# ---- Merge ----------------------------------------------------------------------
+def _negate(x):
+    return -x
+
+
+def _merge_config():
+    a = PipelineConfig(SourceConfig(sources.arange(10)), [Pipe(ops.identity())], SinkConfig(2))
+    b = PipelineBuilder().add_source(range(100, 105)).pipe(_negate).add_sink(1).get_config()
+    return PipelineConfig(Merge([a, b]), [Pipe(square), Aggregate(4)], SinkConfig(2))
+
+
+def test_merge_runs_every_pipeline_each_epoch():
+    want = sorted([x * x for x in range(10)] + [x * x for x in range(100, 105)])
+    with build_pipeline(_merge_config(), num_threads=2) as p:
+        for _ in range(2):
+            batches = list(p)
+            assert [len(b) for b in batches] == [4, 4, 4, 3]
+            assert sorted(x for b in batches for x in b) == want
+        it = iter(p)
+        next(it)
+        it.close()  # stopped early: the next epoch starts every merged pipeline anew
+        assert sorted(x for b in p for x in b) == want
+
+
+def test_merge_closes_its_pipelines_with_the_outer_one():
+    from spdl_go.pipeline import _pipeline
+
+    before = len(_pipeline._live)
+    p = build_pipeline(_merge_config(), num_threads=1)
+    assert len(_pipeline._live) == before + 3
+    list(p)
+    p.close()
+    assert len(_pipeline._live) == before
+
+
+def test_a_merged_pipelines_failure_fails_the_outer_one():
+    def boom(x):
+        if x == 3:
+            raise KeyError(x)
+        return x
+
+    bad = PipelineConfig(SourceConfig(range(5)), [Pipe(boom)], SinkConfig(1))
+    good = PipelineConfig(SourceConfig(range(5)), [], SinkConfig(1))
+    with build_pipeline(PipelineConfig(Merge([bad, good]), [], SinkConfig(1)), num_threads=1, max_failures=0) as p:
+        with pytest.raises(PipelineFailure):
+            list(p)
+
+
+def test_merge_json_round_trip():
+    a = PipelineConfig(SourceConfig(sources.arange(6)), [Pipe(ops.identity(), concurrency=2)], SinkConfig(2))
+    b = PipelineConfig(SourceConfig(sources.arange(3)), [Aggregate(2), Disaggregate()], SinkConfig(1))
+    config = PipelineConfig(Merge([a, b]), [Aggregate(3)], SinkConfig(2))
+    back = PipelineConfig.from_json(config.to_json())
+    assert back == config
+    assert sorted(x for batch in build_pipeline(back) for x in batch) == [0, 0, 1, 1, 2, 2, 3, 4, 5]
+    with pytest.raises(
+        TypeError, match=r"^PipelineConfig.to_json: src.merge\[1\]: the source is Python code \(range\)"
+    ):
+        _merge_config().to_json()
+    c = PipelineConfig(SourceConfig(sources.arange(3)), [Pipe(_negate)], SinkConfig(1))
+    with pytest.raises(TypeError, match=r"src.merge\[1\]: stage 0 \('_negate'\) runs a Python callable"):
+        PipelineConfig(Merge([a, c]), [], SinkConfig(1)).to_json()
+
+
+@pytest.mark.parametrize(
+    "make,error,message",
+    [
+        (lambda: Merge([]), ValueError, "at least one PipelineConfig"),
+        (lambda: Merge([SourceConfig([1])]), TypeError, r"pipeline_configs\[0\] must be a PipelineConfig"),
+        (lambda: Merge(3), TypeError, "pipeline_configs must be a sequence"),
+        (lambda: PipelineConfig(Merge([_merge_config()]), [], SinkConfig(1)).to_spec(), TypeError, "build_pipeline"),
+    ],
+)
+def test_merge_bad_arguments(make, error, message):
+    with pytest.raises(error, match=message):
+        make()

@@ -16,6 +16,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import queue
+import threading
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -23,8 +29,8 @@ from typing import Any
 from .. import _callbacks
 from ..ops import NativeOp
 from ..sources import NativeSource
-from ._pipeline import Pipeline
-from .defs import PipeConfig, PipelineConfig, _arg, _check, _limit
+from ._pipeline import Pipeline, PipelineFailure
+from .defs import MergeConfig, PipeConfig, PipelineConfig, SourceConfig, _arg, _check, _limit
 
 __all__ = ["BuildConfig", "build_pipeline"]
 
@@ -61,6 +67,7 @@ def _launch(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
     source_ids: list[int] = []
     function_ids: list[int] = []
     source_id: int | None = None
+    assert isinstance(config.src, SourceConfig)  # _build replaced a MergeConfig
     src = config.src.source
     if not isinstance(src, NativeSource):
         source_id = _callbacks.register_source(src, _callbacks.make_encoder(*config.encoding(0)))
@@ -129,4 +136,94 @@ def build_pipeline(
         report_interval=report_interval,
         cpu_budget=cpu_budget,
     )
-    return _launch(pipeline_cfg, settings)
+    return _build(pipeline_cfg, settings)
+
+
+def _build(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
+    """``build_pipeline`` once the settings are checked: a merged source's
+    pipelines are built first (with the same settings, without reports)."""
+    if not isinstance(config.src, MergeConfig):
+        return _launch(config, settings)
+    merged = _MergedSource([])
+    try:
+        for sub in config.src.pipeline_configs:
+            merged.pipelines.append(_build(sub, dataclasses.replace(settings, report_interval=None)))
+        return _launch(dataclasses.replace(config, src=SourceConfig(merged)), settings)
+    except BaseException:
+        merged.close()
+        raise
+
+
+class _MergedSource:
+    """The Python source of a pipeline whose ``src`` is a ``Merge``: each
+    iteration is one epoch of every merged pipeline, each read on a thread
+    of its own; items go on in the order they arrive. The merged pipelines
+    are closed when this object goes (the outer pipeline unregisters it
+    when it is closed) or at ``close()``."""
+
+    _POLL_S = 0.05
+
+    def __init__(self, pipelines: list[Pipeline]) -> None:
+        self.pipelines = pipelines
+        weakref.finalize(self, _close_all, pipelines)
+
+    def close(self) -> None:
+        _close_all(self.pipelines)
+
+    def __iter__(self) -> Iterator[Any]:
+        out: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=max(1, len(self.pipelines)))
+        stop = threading.Event()
+        threads = [
+            threading.Thread(target=self._pump, args=(p, out, stop), name="spdl_go-merge", daemon=True)
+            for p in self.pipelines
+        ]
+        for t in threads:
+            t.start()
+        try:
+            left = len(threads)
+            while left:
+                kind, value = out.get()
+                if kind == "item":
+                    yield value
+                elif kind == "done":
+                    left -= 1
+                else:
+                    raise value
+        finally:
+            stop.set()
+            for t in threads:
+                if t is not threading.current_thread():
+                    t.join()
+
+    @classmethod
+    def _pump(cls, p: Pipeline, out: queue.Queue[tuple[str, Any]], stop: threading.Event) -> None:
+        """Reads one epoch of ``p`` into ``out`` until it ends or ``stop``."""
+
+        def put(kind: str, value: Any) -> None:
+            while not stop.is_set():
+                try:
+                    out.put((kind, value), timeout=cls._POLL_S)
+                    return
+                except queue.Full:
+                    continue
+
+        try:
+            p.start()
+            while not stop.is_set():
+                try:
+                    item = p.get_item(timeout=cls._POLL_S)
+                except TimeoutError:
+                    continue
+                except EOFError:
+                    put("done", None)
+                    return
+                put("item", item)
+            with contextlib.suppress(PipelineFailure):
+                p.stop()  # the outer epoch ended first: end this one too
+        except BaseException as e:  # noqa: BLE001 - handed to the reader, which raises it
+            put("error", e)
+
+
+def _close_all(pipelines: list[Pipeline]) -> None:
+    for p in pipelines:
+        p.close()

@@ -51,6 +51,8 @@ __all__ = [
     "AggregateConfig",
     "Disaggregate",
     "DisaggregateConfig",
+    "Merge",
+    "MergeConfig",
     "OutputOrder",
     "Pipe",
     "PipeConfig",
@@ -256,6 +258,28 @@ class SinkConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class MergeConfig:
+    """A source that merges the outputs of several pipelines (see ``Merge``)."""
+
+    pipeline_configs: Sequence[PipelineConfig]
+    """The pipelines to merge; kept as a tuple."""
+
+    def __post_init__(self) -> None:
+        configs = self.pipeline_configs
+        if isinstance(configs, (str, bytes)) or not isinstance(configs, Iterable):
+            raise TypeError(
+                f"Merge: pipeline_configs must be a sequence of PipelineConfig, got {type(configs).__name__}"
+            )
+        configs = tuple(configs)
+        if not configs:
+            raise ValueError("Merge: pipeline_configs must hold at least one PipelineConfig")
+        for i, c in enumerate(configs):
+            if not isinstance(c, PipelineConfig):
+                raise TypeError(f"Merge: pipeline_configs[{i}] must be a PipelineConfig, got {type(c).__name__}")
+        object.__setattr__(self, "pipeline_configs", configs)
+
+
+@dataclass(frozen=True, slots=True)
 class PipelineConfig:
     """A whole pipeline: its source, its stages in order, and its sink.
 
@@ -264,13 +288,15 @@ class PipelineConfig:
     ``pipes`` may be any sequence; it is kept as a tuple.
     """
 
-    src: SourceConfig
+    src: SourceConfig | MergeConfig
     pipes: Sequence[StageConfig]
     sink: SinkConfig
 
     def __post_init__(self) -> None:
-        if not isinstance(self.src, SourceConfig):
-            raise TypeError(f"PipelineConfig: src must be a SourceConfig, got {type(self.src).__name__}")
+        if not isinstance(self.src, (SourceConfig, MergeConfig)):
+            raise TypeError(
+                f"PipelineConfig: src must be a SourceConfig or a MergeConfig, got {type(self.src).__name__}"
+            )
         if isinstance(self.pipes, (str, bytes)) or not isinstance(self.pipes, Iterable):
             raise TypeError(
                 f"PipelineConfig: pipes must be a sequence of stage configs, got {type(self.pipes).__name__}"
@@ -295,6 +321,8 @@ class PipelineConfig:
         """The spec ``spdl_pipeline_new`` takes. ``source_id`` is the Python
         source's registry id; ``op_ids[i]`` that of stage i's Python op;
         ``settings`` the build's settings (``BuildConfig.to_spec()``)."""
+        if isinstance(self.src, MergeConfig):
+            raise TypeError("PipelineConfig.to_spec: a MergeConfig source is built by build_pipeline")
         ids = list(op_ids) + [None] * (len(self.pipes) - len(op_ids))
         stages = [
             s.to_spec(i) if isinstance(s, PipeConfig) else s.to_spec() for s, i in zip(self.pipes, ids, strict=True)
@@ -340,18 +368,27 @@ class PipelineConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form ``to_json`` writes (see there)."""
-        src = self.src.source
-        if not isinstance(src, NativeSource):
-            raise TypeError(
-                f"PipelineConfig.to_json: the source is Python code ({type(src).__name__}); "
-                "only a native source (spdl_go.sources) can be serialised"
-            )
+        return self._to_dict("PipelineConfig.to_json:")
+
+    def _to_dict(self, where: str) -> dict[str, Any]:
+        if isinstance(self.src, MergeConfig):
+            src_dict: dict[str, Any] = {
+                "merge": [c._to_dict(f"{where} src.merge[{i}]:") for i, c in enumerate(self.src.pipeline_configs)]
+            }
+        else:
+            src = self.src.source
+            if not isinstance(src, NativeSource):
+                raise TypeError(
+                    f"{where} the source is Python code ({type(src).__name__}); "
+                    "only a native source (spdl_go.sources) can be serialised"
+                )
+            src_dict = {"kind": src.kind, "options": src.options, "resumes": src.resumes}
         pipes: list[dict[str, Any]] = []
         for i, st in enumerate(self.pipes):
             if isinstance(st, PipeConfig):
                 if not isinstance(st.op, NativeOp):
                     raise TypeError(
-                        f"PipelineConfig.to_json: stage {i} ({st.name!r}) runs a Python callable; "
+                        f"{where} stage {i} ({st.name!r}) runs a Python callable; "
                         "only native ops (spdl_go.ops) can be serialised"
                     )
                 pipes.append(
@@ -369,7 +406,7 @@ class PipelineConfig:
             elif isinstance(st, AggregateConfig):
                 if not isinstance(st.size, int):
                     raise TypeError(
-                        f"PipelineConfig.to_json: stage {i} (aggregate) uses Python code "
+                        f"{where} stage {i} (aggregate) uses Python code "
                         f"({type(st.size).__name__}); only aggregate(num_items) can be serialised"
                     )
                 pipes.append({"type": "aggregate", "num_items": st.size, "drop_last": st.drop_last})
@@ -377,7 +414,7 @@ class PipelineConfig:
                 pipes.append({"type": "disaggregate"})
         return {
             "format": _JSON_FORMAT,
-            "src": {"kind": src.kind, "options": src.options, "resumes": src.resumes},
+            "src": src_dict,
             "pipes": pipes,
             "sink": {"buffer_size": self.sink.buffer_size},
         }
@@ -405,11 +442,18 @@ class PipelineConfig:
         if obj.get("format") != _JSON_FORMAT:
             raise ValueError(f"{where}: format must be {_JSON_FORMAT!r}, got {obj.get('format')!r}")
         src = _expect(obj.get("src"), dict, f"{where}: src")
-        source = NativeSource(
-            _expect(src.get("kind"), str, f"{where}: src.kind"),
-            _expect(src.get("options"), dict, f"{where}: src.options"),
-            src.get("resumes"),
-        )
+        source: SourceConfig | MergeConfig
+        if "merge" in src:
+            subs = _expect(src["merge"], list, f"{where}: src.merge")
+            source = MergeConfig(tuple(cls.from_dict(c) for c in subs))
+        else:
+            source = SourceConfig(
+                NativeSource(
+                    _expect(src.get("kind"), str, f"{where}: src.kind"),
+                    _expect(src.get("options"), dict, f"{where}: src.options"),
+                    src.get("resumes"),
+                )
+            )
         pipes: list[StageConfig] = []
         for i, p in enumerate(_expect(obj.get("pipes"), list, f"{where}: pipes")):
             at = f"{where}: pipes[{i}]"
@@ -438,7 +482,7 @@ class PipelineConfig:
             else:
                 raise ValueError(f"{at}.type must be 'pipe', 'aggregate' or 'disaggregate', got {kind!r}")
         sink = _expect(obj.get("sink"), dict, f"{where}: sink")
-        return cls(SourceConfig(source), pipes, SinkConfig(sink.get("buffer_size", 3)))
+        return cls(source, pipes, SinkConfig(sink.get("buffer_size", 3)))
 
 
 _JSON_FORMAT = "spdl_go.pipeline/1"
@@ -500,3 +544,19 @@ def Disaggregate() -> DisaggregateConfig:  # noqa: N802 - SPDL's name
     """A stage that splits each list item into its elements (as
     ``PipelineBuilder.disaggregate``)."""
     return DisaggregateConfig()
+
+
+def Merge(pipeline_configs: Sequence[PipelineConfig]) -> MergeConfig:  # noqa: N802 - SPDL's name
+    """A source that merges several pipelines: use it as a
+    ``PipelineConfig``'s ``src``. Each epoch runs one epoch of every
+    merged pipeline; their items go on in the order they are ready.
+
+    ``build_pipeline`` builds each merged pipeline with the same settings
+    (so each has its own ``num_threads``) and closes them with the outer
+    one. Their items reach the outer pipeline through Python (its source
+    is a Python iterable), and their stats are their own, not shown in
+    the outer pipeline's ``stats()``. A merged pipeline's failure fails
+    the outer pipeline's source. SPDL's custom merge ``op`` is not
+    supported.
+    """
+    return MergeConfig(pipeline_configs)
