@@ -5,6 +5,7 @@ the JSON form of a config made only of native ops and a native source."""
 import functools
 import inspect
 import json
+import re
 from fractions import Fraction
 
 import pytest
@@ -19,6 +20,7 @@ from spdl_go.pipeline.defs import (
     Disaggregate,
     DisaggregateConfig,
     Merge,
+    PathVariants,
     Pipe,
     PipeConfig,
     PipelineConfig,
@@ -362,3 +364,144 @@ def test_merge_json_round_trip():
 def test_merge_bad_arguments(make, error, message):
     with pytest.raises(error, match=message):
         make()
+
+
+# ---- PathVariants ---------------------------------------------------------------
+def _parity(x):
+    return x % 2
+
+
+def _times(k):
+    return functools.partial(lambda k, x: x * k, k)
+
+
+def _variants_config():
+    return PipelineConfig(
+        SourceConfig(range(10)),
+        [
+            Pipe(_negate),
+            PathVariants(_parity, [[Pipe(_times(10))], [Pipe(ops.identity()), Pipe(_times(100))]]),
+            Aggregate(20),
+        ],
+        SinkConfig(2),
+    )
+
+
+def test_path_variants_routes_each_item():
+    want = sorted(-x * (10 if x % 2 == 0 else 100) for x in range(10))
+    with build_pipeline(_variants_config(), num_threads=2) as p:
+        for _ in range(2):
+            (batch,) = list(p)
+            assert sorted(batch) == want
+        it = iter(p)
+        next(it)
+        it.close()  # stopped early: the next epoch starts every part anew
+        (batch,) = list(p)
+        assert sorted(batch) == want
+
+
+def test_path_variants_closes_its_pipelines_with_the_outer_one():
+    from spdl_go.pipeline import _pipeline
+
+    before = len(_pipeline._live)
+    p = build_pipeline(_variants_config(), num_threads=1)
+    assert len(_pipeline._live) == before + 4  # before the stage, two paths, after it
+    list(p)
+    p.close()
+    assert len(_pipeline._live) == before
+
+
+def test_path_variants_nested_and_async_router():
+    async def router(x):
+        return 0 if x < 5 else 1
+
+    inner = PathVariants(_parity, [[Pipe(_times(10))], [Pipe(_times(100))]], name="inner")
+    cfg = PipelineConfig(SourceConfig(range(10)), [PathVariants(router, [[inner], [Pipe(_negate)]])], SinkConfig(2))
+    assert sorted(build_pipeline(cfg, num_threads=2)) == sorted([0, 100, 20, 300, 40, -5, -6, -7, -8, -9])
+
+
+def test_path_variants_batched_keeps_batches():
+    def router(batch):
+        return [int(x % 3 == 0) for x in batch]
+
+    def tens(batch):
+        return [x * 10 for x in batch]
+
+    def negs(batch):
+        return [-x for x in batch]
+
+    cfg = PipelineConfig(
+        SourceConfig(range(10)),
+        [Aggregate(4), PathVariants(router, [[Pipe(tens)], [Pipe(negs)]], batched=True)],
+        SinkConfig(2),
+    )
+    # Each batch is split by path and put back together in path order.
+    assert list(build_pipeline(cfg, num_threads=1)) == [[10, 20, 0, -3], [40, 50, 70, -6], [80, -9]]
+
+
+@pytest.mark.parametrize(
+    "router,batched,error,message",
+    [
+        (lambda x: 5 if x == 4 else 0, False, IndexError, r"the router returned 5, but there are 2 paths"),
+        (lambda x: "0", False, IndexError, r"the router returned '0'"),
+        (lambda x: 0 if x < 4 else 1 // 0, False, ZeroDivisionError, "division"),
+        (lambda b: [0], True, ValueError, "returned 1 indices for a batch of 2 items"),
+    ],
+)
+def test_path_variants_router_failures_fail_the_pipeline(router, batched, error, message):
+    pipes = [Aggregate(2)] if batched else []
+    cfg = PipelineConfig(
+        SourceConfig(range(10)),
+        [*pipes, PathVariants(router, [[Pipe(str)], [Pipe(repr)]], batched=batched)],
+        SinkConfig(1),
+    )
+    with build_pipeline(cfg, num_threads=1) as p:
+        with pytest.raises(PipelineFailure) as e:
+            list(p)
+    assert isinstance(e.value.exceptions[0], error)
+    assert re.search(message, str(e.value.exceptions[0]))
+
+
+@pytest.mark.parametrize(
+    "make,error,message",
+    [
+        (lambda: PathVariants(3, [[Pipe(str)]]), ValueError, "router must be callable, got int"),
+        (lambda: PathVariants(_parity, []), ValueError, "at least 1 path"),
+        (lambda: PathVariants(_parity, [[Pipe(str)], []]), ValueError, r"paths\[1\] is empty"),
+        (
+            lambda: PathVariants(_parity, [[Pipe(str), SourceConfig([1])]]),
+            ValueError,
+            r"paths\[0\]\[1\] must be a PipeConfig, .* got SourceConfig",
+        ),
+        (lambda: PathVariants(_parity, [[SinkConfig(1)]]), ValueError, r"paths\[0\]\[0\] .* got SinkConfig"),
+        (
+            lambda: PipelineConfig(
+                SourceConfig(sources.arange(3)), [PathVariants(_parity, [[Pipe(str)]])], SinkConfig(1)
+            ).to_json(),
+            TypeError,
+            r"stage 0 \('path_variants'\) routes items with a Python callable",
+        ),
+    ],
+)
+def test_path_variants_bad_arguments(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_a_paths_failure_fails_the_pipeline_and_leaves_no_threads():
+    import threading
+
+    def boom(x):
+        if x == 7:
+            raise KeyError(x)
+        return x
+
+    before = threading.active_count()
+    cfg = PipelineConfig(
+        SourceConfig(range(10)), [PathVariants(_parity, [[Pipe(str)], [Pipe(boom, max_failures=0)]])], SinkConfig(1)
+    )
+    with build_pipeline(cfg, num_threads=1) as p:
+        with pytest.raises(PipelineFailure) as e:
+            list(p)
+        assert any(isinstance(x, PipelineFailure) for x in e.value.exceptions)  # the path's own failure
+    assert threading.active_count() == before

@@ -16,12 +16,14 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import inspect
 import queue
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -30,7 +32,17 @@ from .. import _callbacks
 from ..ops import NativeOp
 from ..sources import NativeSource
 from ._pipeline import Pipeline, PipelineFailure
-from .defs import MergeConfig, PipeConfig, PipelineConfig, SourceConfig, _arg, _check, _limit
+from .defs import (
+    MergeConfig,
+    PathVariantsConfig,
+    PipeConfig,
+    PipelineConfig,
+    SinkConfig,
+    SourceConfig,
+    _arg,
+    _check,
+    _limit,
+)
 
 __all__ = ["BuildConfig", "build_pipeline"]
 
@@ -140,49 +152,120 @@ def build_pipeline(
 
 
 def _build(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
-    """``build_pipeline`` once the settings are checked: a merged source's
-    pipelines are built first (with the same settings, without reports)."""
-    if not isinstance(config.src, MergeConfig):
-        return _launch(config, settings)
-    merged = _MergedSource([])
+    """``build_pipeline`` once the settings are checked. A ``Merge`` source
+    and a ``PathVariants`` stage are pipelines of their own, built first
+    with the same settings (without reports) and read through Python."""
+    sub = dataclasses.replace(settings, report_interval=None)
+    built: list[Pipeline] = []  # closed if a later part fails to build
     try:
-        for sub in config.src.pipeline_configs:
-            merged.pipelines.append(_build(sub, dataclasses.replace(settings, report_interval=None)))
-        return _launch(dataclasses.replace(config, src=SourceConfig(merged)), settings)
+        src = config.src
+        if isinstance(src, MergeConfig):
+            merged = [_build(c, sub) for c in src.pipeline_configs]
+            built += merged
+            src = SourceConfig(_MergedSource(merged))
+        k = next((i for i, p in enumerate(config.pipes) if isinstance(p, PathVariantsConfig)), None)
+        if k is None:
+            return _launch(dataclasses.replace(config, src=src), settings)
+        pv = config.pipes[k]
+        assert isinstance(pv, PathVariantsConfig)
+        upstream = _build(PipelineConfig(src, config.pipes[:k], SinkConfig(2)), sub)
+        built.append(upstream)
+        path_sources = [_PathSource() for _ in pv.paths]
+        for ps, path in zip(path_sources, pv.paths, strict=True):
+            built.append(_build(PipelineConfig(SourceConfig(ps), path, SinkConfig(2)), sub))
+        variants = _VariantsSource(pv, upstream, path_sources, built[-len(pv.paths) :])
+        return _build(PipelineConfig(SourceConfig(variants), config.pipes[k + 1 :], config.sink), settings)
     except BaseException:
-        merged.close()
+        _close_all(built)
         raise
 
 
-class _MergedSource:
-    """The Python source of a pipeline whose ``src`` is a ``Merge``: each
-    iteration is one epoch of every merged pipeline, each read on a thread
-    of its own; items go on in the order they arrive. The merged pipelines
-    are closed when this object goes (the outer pipeline unregisters it
-    when it is closed) or at ``close()``."""
+_POLL_S = 0.05
+_END = object()  # a path source's end of epoch
 
-    _POLL_S = 0.05
+
+def _put(q: queue.Queue[Any], value: Any, stop: threading.Event) -> bool:
+    """Puts ``value`` in ``q`` unless ``stop`` is set first (False)."""
+    while not stop.is_set():
+        try:
+            q.put(value, timeout=_POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _read_epoch(p: Pipeline, stop: threading.Event, emit: Callable[[Any], object]) -> bool:
+    """Runs one epoch of ``p``, handing each item to ``emit``: True once it
+    ended, False if ``stop`` was set first. If ``stop`` was set or ``emit``
+    raised, the epoch is stopped."""
+    p.start()
+    try:
+        while not stop.is_set():
+            try:
+                item = p.get_item(timeout=_POLL_S)
+            except TimeoutError:
+                continue
+            except EOFError:
+                return True
+            emit(item)
+    except BaseException:
+        with contextlib.suppress(PipelineFailure):
+            p.stop()
+        raise
+    with contextlib.suppress(PipelineFailure):
+        p.stop()  # the outer epoch ended first: end this one too
+    return False
+
+
+def _pump(i: int, p: Pipeline, out: queue.Queue[tuple[str, int, Any]], stop: threading.Event) -> None:
+    """Reads one epoch of ``p`` into ``out`` as ("item", i, item), then
+    ("done", i, None), or ("error", i, exception)."""
+    try:
+        if _read_epoch(p, stop, lambda item: _put(out, ("item", i, item), stop)):
+            _put(out, ("done", i, None), stop)
+    except BaseException as e:  # noqa: BLE001 - handed to the reader, which raises it
+        _put(out, ("error", i, e), stop)
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for t in threads:
+        if t is not threading.current_thread():
+            t.join()
+
+
+def _close_all(pipelines: list[Pipeline]) -> None:
+    for p in pipelines:
+        p.close()
+
+
+class _Owner:
+    """Owns pipelines built for a Python source: they are closed when it
+    goes (the outer pipeline unregisters its source when it is closed)."""
 
     def __init__(self, pipelines: list[Pipeline]) -> None:
         self.pipelines = pipelines
         weakref.finalize(self, _close_all, pipelines)
 
-    def close(self) -> None:
-        _close_all(self.pipelines)
+
+class _MergedSource(_Owner):
+    """The Python source of a pipeline whose ``src`` is a ``Merge``: each
+    iteration is one epoch of every merged pipeline, each read on a thread
+    of its own; items go on in the order they arrive."""
 
     def __iter__(self) -> Iterator[Any]:
-        out: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=max(1, len(self.pipelines)))
+        out: queue.Queue[tuple[str, int, Any]] = queue.Queue(maxsize=max(1, len(self.pipelines)))
         stop = threading.Event()
         threads = [
-            threading.Thread(target=self._pump, args=(p, out, stop), name="spdl_go-merge", daemon=True)
-            for p in self.pipelines
+            threading.Thread(target=_pump, args=(i, p, out, stop), name="spdl_go-merge", daemon=True)
+            for i, p in enumerate(self.pipelines)
         ]
         for t in threads:
             t.start()
         try:
             left = len(threads)
             while left:
-                kind, value = out.get()
+                kind, _, value = out.get()
                 if kind == "item":
                     yield value
                 elif kind == "done":
@@ -191,39 +274,127 @@ class _MergedSource:
                     raise value
         finally:
             stop.set()
-            for t in threads:
-                if t is not threading.current_thread():
-                    t.join()
+            _join(threads)
 
-    @classmethod
-    def _pump(cls, p: Pipeline, out: queue.Queue[tuple[str, Any]], stop: threading.Event) -> None:
-        """Reads one epoch of ``p`` into ``out`` until it ends or ``stop``."""
 
-        def put(kind: str, value: Any) -> None:
-            while not stop.is_set():
-                try:
-                    out.put((kind, value), timeout=cls._POLL_S)
-                    return
-                except queue.Full:
-                    continue
+class _PathSource:
+    """A path pipeline's source: what the router sent it this epoch."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue()
+
+    def __iter__(self) -> Iterator[Any]:
+        q = self.queue
+        while (item := q.get()) is not _END:
+            yield item
+
+
+class _VariantsSource(_Owner):
+    """The Python source of the stages after a ``PathVariants``: each
+    iteration runs one epoch of the stages before it (``upstream``) on a
+    router thread, which sends each item (or each batch's parts) to its
+    path's pipeline, and one epoch of each path, whose items go on in the
+    order they arrive (batched: one list of every path, concatenated)."""
+
+    def __init__(
+        self, pv: PathVariantsConfig, upstream: Pipeline, sources: list[_PathSource], paths: list[Pipeline]
+    ) -> None:
+        super().__init__([upstream, *paths])
+        self.pv, self.upstream, self.sources, self.paths = pv, upstream, sources, paths
+
+    def __iter__(self) -> Iterator[Any]:
+        n = len(self.paths)
+        stop = threading.Event()
+        failure: list[BaseException] = []
+        ins: list[queue.Queue[Any]] = [queue.Queue(maxsize=2) for _ in range(n)]
+        for src, q in zip(self.sources, ins, strict=True):
+            src.queue = q
+        out: queue.Queue[tuple[str, int, Any]] = queue.Queue(maxsize=2 * n)
+        threads = [threading.Thread(target=self._route, args=(ins, stop, failure), name="spdl_go-route", daemon=True)]
+        threads += [
+            threading.Thread(target=_pump, args=(i, p, out, stop), name="spdl_go-path", daemon=True)
+            for i, p in enumerate(self.paths)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            pending: list[list[Any]] = [[] for _ in range(n)]
+            left = n
+            while left:
+                kind, i, value = out.get()
+                if kind == "error":
+                    raise value
+                if kind == "done":
+                    left -= 1
+                elif not self.pv.batched:
+                    yield value
+                else:
+                    pending[i].append(value)
+                    if all(pending):
+                        batch = [x for part in pending for x in part.pop(0)]
+                        if batch:
+                            yield batch
+            if failure:
+                raise failure[0]
+        finally:
+            stop.set()
+            for q in ins:  # a path source waiting for items ends its epoch
+                while True:
+                    with contextlib.suppress(queue.Empty):
+                        while True:
+                            q.get_nowait()
+                    with contextlib.suppress(queue.Full):
+                        q.put_nowait(_END)
+                        break
+            _join(threads)
+
+    def _route(self, ins: list[queue.Queue[Any]], stop: threading.Event, failure: list[BaseException]) -> None:
+        """Runs one upstream epoch, sending each item to its path; then ends
+        every path's epoch. A failure is kept for the reader to raise once
+        the paths have passed on what they got."""
+        n = len(ins)
+        name = self.pv.name
+        loop: asyncio.AbstractEventLoop | None = None
+
+        def route(item: Any) -> Any:
+            nonlocal loop
+            res = self.pv.router(item)
+            if inspect.isawaitable(res):
+                if loop is None:
+                    loop = asyncio.new_event_loop()
+                res = loop.run_until_complete(res)
+            return res
+
+        def check(idx: Any) -> int:
+            if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < n:
+                raise IndexError(
+                    f"PathVariants {name!r}: the router returned {idx!r}, but there are {n} paths "
+                    f"(valid range: [0, {n}))"
+                )
+            return idx
+
+        def send(item: Any) -> None:
+            if not self.pv.batched:
+                _put(ins[check(route(item))], item, stop)
+                return
+            indices = list(route(item))
+            if len(indices) != len(item):
+                raise ValueError(
+                    f"PathVariants {name!r}: the batched router returned {len(indices)} indices "
+                    f"for a batch of {len(item)} items; it must return one per item"
+                )
+            parts: list[list[Any]] = [[] for _ in range(n)]
+            for x, idx in zip(item, indices, strict=True):
+                parts[check(idx)].append(x)
+            for q, part in zip(ins, parts, strict=True):
+                _put(q, part, stop)
 
         try:
-            p.start()
-            while not stop.is_set():
-                try:
-                    item = p.get_item(timeout=cls._POLL_S)
-                except TimeoutError:
-                    continue
-                except EOFError:
-                    put("done", None)
-                    return
-                put("item", item)
-            with contextlib.suppress(PipelineFailure):
-                p.stop()  # the outer epoch ended first: end this one too
-        except BaseException as e:  # noqa: BLE001 - handed to the reader, which raises it
-            put("error", e)
-
-
-def _close_all(pipelines: list[Pipeline]) -> None:
-    for p in pipelines:
-        p.close()
+            _read_epoch(self.upstream, stop, send)
+        except BaseException as e:  # noqa: BLE001 - raised by the reader
+            failure.append(e)
+        finally:
+            if loop is not None:
+                loop.close()
+            for q in ins:
+                _put(q, _END, stop)

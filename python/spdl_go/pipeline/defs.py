@@ -54,6 +54,8 @@ __all__ = [
     "Merge",
     "MergeConfig",
     "OutputOrder",
+    "PathVariants",
+    "PathVariantsConfig",
     "Pipe",
     "PipeConfig",
     "PipelineConfig",
@@ -240,8 +242,49 @@ class DisaggregateConfig:
         return {"kind": "disaggregate"}
 
 
-StageConfig = PipeConfig | AggregateConfig | DisaggregateConfig
+@dataclass(frozen=True, slots=True)
+class PathVariantsConfig:
+    """A stage that sends each item down one of several paths and merges
+    what the paths produce (see ``PathVariants``)."""
+
+    name: str
+    router: Callable[[Any], Any]
+    paths: Sequence[Sequence[StageConfig]]
+    """The paths, each a sequence of stage configs; kept as tuples."""
+    batched: bool = False
+
+    def __post_init__(self) -> None:
+        if not callable(self.router):
+            raise ValueError(f"PathVariants: router must be callable, got {type(self.router).__name__}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"PathVariants: name must be a str, got {type(self.name).__name__}")
+        paths = self.paths
+        if isinstance(paths, (str, bytes)) or not isinstance(paths, Iterable):
+            raise TypeError(f"PathVariants: paths must be a sequence of paths, got {type(paths).__name__}")
+        paths = tuple(tuple(p) if isinstance(p, Iterable) else p for p in paths)
+        if not paths:
+            raise ValueError("PathVariants: paths must hold at least 1 path")
+        for i, path in enumerate(paths):
+            if not isinstance(path, tuple):
+                raise TypeError(
+                    f"PathVariants: paths[{i}] must be a sequence of stage configs, got {type(path).__name__}"
+                )
+            if not path:
+                raise ValueError(f"PathVariants: paths[{i}] is empty; a path needs at least one stage config")
+            for j, cfg in enumerate(path):
+                if not isinstance(cfg, _STAGE_TYPES):
+                    raise ValueError(
+                        f"PathVariants: paths[{i}][{j}] must be a PipeConfig, AggregateConfig, DisaggregateConfig "
+                        f"or PathVariantsConfig, got {type(cfg).__name__}"
+                    )
+        object.__setattr__(self, "paths", paths)
+        object.__setattr__(self, "batched", bool(self.batched))
+
+
+StageConfig = PipeConfig | AggregateConfig | DisaggregateConfig | PathVariantsConfig
 """One stage of a pipeline, in the order the builder added it."""
+
+_STAGE_TYPES = (PipeConfig, AggregateConfig, DisaggregateConfig, PathVariantsConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,10 +346,10 @@ class PipelineConfig:
             )
         pipes = tuple(self.pipes)
         for i, p in enumerate(pipes):
-            if not isinstance(p, (PipeConfig, AggregateConfig, DisaggregateConfig)):
+            if not isinstance(p, _STAGE_TYPES):
                 raise TypeError(
-                    f"PipelineConfig: pipes[{i}] must be a PipeConfig, AggregateConfig or DisaggregateConfig "
-                    f"(see Pipe, Aggregate, Disaggregate), got {type(p).__name__}"
+                    f"PipelineConfig: pipes[{i}] must be a PipeConfig, AggregateConfig, DisaggregateConfig "
+                    f"or PathVariantsConfig (see Pipe, Aggregate, Disaggregate, PathVariants), got {type(p).__name__}"
                 )
         object.__setattr__(self, "pipes", pipes)
         if not isinstance(self.sink, SinkConfig):
@@ -323,9 +366,12 @@ class PipelineConfig:
         ``settings`` the build's settings (``BuildConfig.to_spec()``)."""
         if isinstance(self.src, MergeConfig):
             raise TypeError("PipelineConfig.to_spec: a MergeConfig source is built by build_pipeline")
+        if any(isinstance(p, PathVariantsConfig) for p in self.pipes):
+            raise TypeError("PipelineConfig.to_spec: a PathVariantsConfig stage is built by build_pipeline")
         ids = list(op_ids) + [None] * (len(self.pipes) - len(op_ids))
         stages = [
-            s.to_spec(i) if isinstance(s, PipeConfig) else s.to_spec() for s, i in zip(self.pipes, ids, strict=True)
+            s.to_spec(i) if isinstance(s, PipeConfig) else s.to_spec()  # type: ignore[union-attr]
+            for s, i in zip(self.pipes, ids, strict=True)
         ]
         return {
             "stages": stages,
@@ -348,6 +394,8 @@ class PipelineConfig:
                     depth -= 1
                 else:
                     splits += 1
+            elif isinstance(st, PathVariantsConfig):
+                return splits, False  # its router is Python code
             else:
                 return splits, st.native
         return splits, False
@@ -410,6 +458,11 @@ class PipelineConfig:
                         f"({type(st.size).__name__}); only aggregate(num_items) can be serialised"
                     )
                 pipes.append({"type": "aggregate", "num_items": st.size, "drop_last": st.drop_last})
+            elif isinstance(st, PathVariantsConfig):
+                raise TypeError(
+                    f"{where} stage {i} ({st.name!r}) routes items with a Python callable; "
+                    "a PathVariants stage cannot be serialised"
+                )
             else:
                 pipes.append({"type": "disaggregate"})
         return {
@@ -560,3 +613,42 @@ def Merge(pipeline_configs: Sequence[PipelineConfig]) -> MergeConfig:  # noqa: N
     supported.
     """
     return MergeConfig(pipeline_configs)
+
+
+def PathVariants(  # noqa: N802 - SPDL's name
+    router: Callable[[Any], Any],
+    paths: Sequence[Sequence[StageConfig]],
+    name: str | None = None,
+    batched: bool = False,
+) -> PathVariantsConfig:
+    """A stage that sends each item down one of several paths, chosen by
+    ``router``, and passes on what every path produces, in the order it
+    is ready.
+
+    Args:
+        router: Called with each item, returns the index of its path (an
+            int in ``[0, len(paths))``); it may be an async function. With
+            ``batched``, it is called with each batch (a list) and returns
+            one index per element.
+        paths: Each path is a sequence of stage configs (``Pipe``,
+            ``Aggregate``, ``Disaggregate``, or a nested ``PathVariants``).
+        name: The stage's name (default ``"path_variants"``).
+        batched: Route whole batches: each batch is split into one
+            sub-batch (a list, possibly empty) per path, each path's ops
+            take and return a list, and the paths' lists for one batch are
+            concatenated back into one batch (an empty result is dropped).
+            Each path must then produce exactly one list per list it gets.
+
+    A router that raises or returns a bad index fails the pipeline, after
+    the items already routed went through. ``build_pipeline`` runs the
+    stages before the ``PathVariants``, each path and the stages after it
+    as pipelines of their own, with the same settings, connected through
+    Python; their stats are their own, not shown in the outer pipeline's
+    ``stats()``.
+    """
+    return PathVariantsConfig(
+        name=name or "path_variants",
+        router=router,
+        paths=paths,
+        batched=batched,
+    )
