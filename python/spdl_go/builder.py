@@ -27,10 +27,12 @@ from concurrent.futures import Executor
 from fractions import Fraction
 from typing import Any, Literal
 
+from .aggregator import Aggregator
 from .ops import NativeOp
 from .pipeline._build import BuildConfig, build_pipeline
 from .pipeline._pipeline import Pipeline
 from .pipeline.defs import (
+    Aggregate,
     AggregateConfig,
     DisaggregateConfig,
     OutputOrder,
@@ -166,10 +168,12 @@ class PipelineBuilder:
         )
         return self
 
-    def aggregate(self, num_items: int, /, *, drop_last: bool = False) -> PipelineBuilder:
+    def aggregate(self, num_items: int | Aggregator, /, *, drop_last: bool = False) -> PipelineBuilder:
         """Groups ``num_items`` consecutive items into a list; the last,
-        shorter group is dropped if ``drop_last``."""
-        self._stages.append(AggregateConfig(num_items, drop_last=bool(drop_last)))
+        shorter group is dropped if ``drop_last``. Given an ``Aggregator``,
+        its ``accumulate`` and ``flush`` decide what goes on (see
+        ``spdl_go.pipeline.defs.Aggregate``)."""
+        self._stages.append(Aggregate(num_items, drop_last=bool(drop_last)))
         return self
 
     def disaggregate(self) -> PipelineBuilder:

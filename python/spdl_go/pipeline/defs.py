@@ -43,12 +43,14 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from .. import _callbacks, _lib
+from ..aggregator import Aggregator, AggregatorOp
 from ..ops import NativeOp
 from ..sources import NativeSource
 
 __all__ = [
     "Aggregate",
     "AggregateConfig",
+    "Aggregator",
     "Disaggregate",
     "DisaggregateConfig",
     "Merge",
@@ -586,10 +588,25 @@ def Pipe(  # noqa: N802 - SPDL's name
     )
 
 
-def Aggregate(num_items: int, /, *, drop_last: bool = False) -> AggregateConfig:  # noqa: N802 - SPDL's name
+def Aggregate(  # noqa: N802 - SPDL's name
+    num_items: int | Aggregator, /, *, drop_last: bool = False
+) -> AggregateConfig | PipeConfig:
     """A stage that groups ``num_items`` consecutive items into a list;
     the last, shorter group is dropped if ``drop_last`` (as
-    ``PipelineBuilder.aggregate``)."""
+    ``PipelineBuilder.aggregate``).
+
+    Given an ``Aggregator`` instead, the stage (one worker, named
+    ``aggregate(op=..., drop_last=...)``) passes on what its
+    ``accumulate`` returns for each item unless None, and at the end of
+    the input what its ``flush`` returns unless None; with ``drop_last``
+    ``flush`` is not called. An exception from either fails the pipeline.
+    """
+    if isinstance(num_items, Aggregator):
+        return PipeConfig(
+            AggregatorOp(num_items, flushes=not drop_last),
+            name=f"aggregate(op={num_items!r}, drop_last={bool(drop_last)})",
+            max_failures=0,
+        )
     return AggregateConfig(num_items, drop_last=drop_last)
 
 
