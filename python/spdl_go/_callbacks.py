@@ -18,8 +18,9 @@ import inspect
 import reprlib
 import threading
 import traceback
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,36 +83,134 @@ class PyStage:
     streams: bool = False
     executor: Executor | None = None
     flush: Callable[[], Any] | None = None  # an Aggregator's: Go calls it with an empty argument
+    hooks: list[Any] | None = None  # task hooks (spdl_go.pipeline.TaskHook), set by build_pipeline
 
     def call(self, arg: Any) -> Any:
+        """The op's result for ``arg``; with hooks, ``_DROPPED`` when a hook
+        swallowed the op's exception. A streaming op's call only makes its
+        generator: the hooks wrap each value it yields (``_Stream``)."""
+        if self.hooks and not self.streams:
+            return self._call_hooked(arg)
         if self.is_async:
             return _run_coroutine(self.fn(arg))
         if self.executor is not None:
             return self.executor.submit(self.fn, arg).result()
         return self.fn(arg)
 
+    def _call_hooked(self, arg: Any) -> Any:
+        hooks = self.hooks or []
+        if self.is_async:
+            return _run_coroutine(_hooked_async(hooks, arg, lambda: self.fn(arg)))
+        if self.executor is not None:
+            executor = self.executor
+            return _hooked_sync(hooks, arg, lambda: executor.submit(self.fn, arg).result())
+        return _hooked_sync(hooks, arg, lambda: self.fn(arg))
+
+
+# ---- task hooks ------------------------------------------------------------------
+# A Python stage's hooks (spdl_go.pipeline.TaskHook) wrap each op call as
+# SPDL's do: each hook's task_hook(item), an async context manager, is
+# entered in order on this thread's event loop before the call and left in
+# reverse order after it, seeing the call's exception. A sync op runs
+# outside the loop (so it may run an event loop of its own).
+_DROPPED = object()  # a hook swallowed the call's exception: the item is dropped
+
+
+async def _enter_hooks(hooks: Sequence[Any], item: Any) -> AsyncExitStack | None:
+    """The entered hooks; None if one raised and an earlier one swallowed it."""
+    stack = AsyncExitStack()
+    try:
+        for h in hooks:
+            cm = h.task_hook(item)
+            if not hasattr(cm, "__aenter__") or not hasattr(cm, "__aexit__"):
+                raise TypeError(
+                    f"{type(h).__name__}.task_hook() must return an async context manager "
+                    "(decorate it with contextlib.asynccontextmanager)"
+                )
+            await stack.enter_async_context(cm)
+    except BaseException as e:
+        if await stack.__aexit__(type(e), e, e.__traceback__):
+            return None
+        raise
+    return stack
+
+
+def _hooked_sync(hooks: Sequence[Any], item: Any, call: Callable[[], Any]) -> Any:
+    """``call()`` inside the hooks. A generator's StopIteration reaches the
+    hooks as StopAsyncIteration (as SPDL's async view of it) and ends it
+    whatever they do."""
+    stack = _run_coroutine(_enter_hooks(hooks, item))
+    if stack is None:
+        return _DROPPED
+    try:
+        res = call()
+    except StopIteration:
+        stop = StopAsyncIteration()
+        _run_coroutine(stack.__aexit__(StopAsyncIteration, stop, None))
+        raise
+    except BaseException as e:
+        if _run_coroutine(stack.__aexit__(type(e), e, e.__traceback__)):
+            return _DROPPED
+        raise
+    _run_coroutine(stack.__aexit__(None, None, None))
+    return res
+
+
+async def _hooked_async(hooks: Sequence[Any], item: Any, call: Callable[[], Awaitable[Any]]) -> Any:
+    """``await call()`` inside the hooks. StopAsyncIteration (an async
+    generator's end) is raised again whatever the hooks do."""
+    stack = await _enter_hooks(hooks, item)
+    if stack is None:
+        return _DROPPED
+    try:
+        res = await call()
+    except StopAsyncIteration as e:
+        await stack.__aexit__(type(e), e, e.__traceback__)
+        raise
+    except BaseException as e:
+        if await stack.__aexit__(type(e), e, e.__traceback__):
+            return _DROPPED
+        raise
+    await stack.__aexit__(None, None, None)
+    return res
+
 
 class _Stream:
     """A generator (sync or async) an op returned, which Go pulls value by
     value through ``_on_next`` under its id until it ends, then releases."""
 
-    __slots__ = ("done", "encode", "gen", "is_async", "item")
+    __slots__ = ("done", "encode", "gen", "hooks", "is_async", "item")
 
-    def __init__(self, gen: Any, item: Any, encode: Encoder) -> None:
+    def __init__(self, gen: Any, item: Any, encode: Encoder, hooks: list[Any] | None = None) -> None:
         self.gen = gen
         self.item = item  # named when a pull fails
         self.encode = encode
         self.is_async = inspect.isasyncgen(gen)
         self.done = False
+        self.hooks = hooks  # each pull runs inside them
 
     def next(self) -> Any:
         """The next value; StopIteration at the end (for both kinds)."""
+        if self.hooks:
+            return self._next_hooked(self.hooks)
         if not self.is_async:
             return next(self.gen)
         try:
             return _run_coroutine(self.gen.__anext__())
         except StopAsyncIteration:
             raise StopIteration from None
+
+    def _next_hooked(self, hooks: list[Any]) -> Any:
+        while True:  # a value whose failure a hook swallowed is skipped
+            if self.is_async:
+                try:
+                    value = _run_coroutine(_hooked_async(hooks, self.item, self.gen.__anext__))
+                except StopAsyncIteration:
+                    raise StopIteration from None
+            else:
+                value = _hooked_sync(hooks, self.item, lambda: next(self.gen))
+            if value is not _DROPPED:
+                return value
 
     def close(self) -> None:
         if self.done:
@@ -283,11 +382,11 @@ def _on_call(fn_id: int, in_ptr: int, in_len: int, out: int) -> int:
             return 0
         arg = _codec.decode(ctypes.string_at(in_ptr, in_len))
         res = stage.call(arg)
-        if res is None:
+        if res is None or res is _DROPPED:
             return _CALL_SKIP
         if stage.streams:
             sid = _new_id()
-            _streams[sid] = _Stream(res, arg, stage.encode)
+            _streams[sid] = _Stream(res, arg, stage.encode, stage.hooks)
             data, rc = sid.to_bytes(8, "little"), _CALL_STREAM
         else:
             data, rc = stage.encode(res), 0

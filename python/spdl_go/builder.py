@@ -30,6 +30,7 @@ from typing import Any, Literal
 from .aggregator import Aggregator
 from .ops import NativeOp
 from .pipeline._build import BuildConfig, build_pipeline
+from .pipeline._hooks import TaskHookFactory
 from .pipeline._pipeline import Pipeline
 from .pipeline.defs import (
     Aggregate,
@@ -215,6 +216,7 @@ class PipelineBuilder:
         report_interval: float | None = None,
         cpu_budget: int | None = None,
         report_stats_interval: float | None = None,
+        task_hook_factory: TaskHookFactory | None = None,
     ) -> Pipeline:
         """Builds the pipeline (it starts on first iteration or ``start()``):
         ``build_pipeline(self.get_config(), ...)`` with these arguments.
@@ -236,6 +238,9 @@ class PipelineBuilder:
                 means no reports.
             cpu_budget: The most threads all ``concurrency="auto"`` stages
                 may use together; None means ``os.cpu_count()``.
+            task_hook_factory: Makes each stage's ``TaskHook`` objects from
+                its ``StageInfo``; None (the default) means no hooks (see
+                ``build_pipeline``).
         """
         return build_pipeline(
             self.get_config(),
@@ -245,4 +250,5 @@ class PipelineBuilder:
             queue_size=queue_size,
             cpu_budget=cpu_budget,
             report_interval=report_interval,
+            task_hook_factory=task_hook_factory,
         )

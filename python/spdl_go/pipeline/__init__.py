@@ -4,6 +4,8 @@
 builds one from a ``PipelineConfig`` (``spdl_go.pipeline.defs``), the same
 object ``PipelineBuilder.get_config()`` returns. Both give a ``Pipeline``,
 which raises ``PipelineFailure`` when a source or a stage fails.
+``TaskHook`` objects (``build_pipeline(task_hook_factory=)``) run around
+each stage's epoch and op calls; ``TaskStatsHook`` measures them.
 
 Example:
     >>> from spdl_go.pipeline import PipelineBuilder, build_pipeline
@@ -18,6 +20,7 @@ from ..builder import PipelineBuilder
 from ..stats import Bottleneck, PipelineStats, StageStats
 from . import defs
 from ._build import build_pipeline
+from ._hooks import StageInfo, TaskHook, TaskPerfStats, TaskStatsHook
 from ._pipeline import Pipeline, PipelineError, PipelineFailure
 
 __all__ = [
@@ -27,7 +30,11 @@ __all__ = [
     "PipelineError",
     "PipelineFailure",
     "PipelineStats",
+    "StageInfo",
     "StageStats",
+    "TaskHook",
+    "TaskPerfStats",
+    "TaskStatsHook",
     "build_pipeline",
     "defs",
 ]

@@ -31,6 +31,8 @@ from typing import Any
 from .. import _callbacks
 from ..ops import NativeOp
 from ..sources import NativeSource
+from . import _hooks
+from ._hooks import TaskHookFactory
 from ._pipeline import Pipeline, PipelineFailure
 from .defs import (
     MergeConfig,
@@ -56,15 +58,19 @@ class BuildConfig:
     queue_size: int | None = None
     report_interval: float | None = None
     cpu_budget: int | None = None
+    task_hook_factory: TaskHookFactory | None = None
 
     def __post_init__(self) -> None:
-        # report_interval is Python's own (the reporter thread); the rest is the engine's.
+        # report_interval and task_hook_factory are Python's own; the rest is the engine's.
+        if self.task_hook_factory is not None and not callable(self.task_hook_factory):
+            raise TypeError(f"build: task_hook_factory must be callable, got {type(self.task_hook_factory).__name__}")
         if self.report_interval is not None and not self.report_interval > 0:
             raise ValueError(f"build: report_interval must be > 0 seconds or None, got {self.report_interval!r}")
         _check("pipeline", self.to_spec())
 
     def to_spec(self) -> dict[str, Any]:
-        """The engine's settings; ``report_interval`` is Python's own."""
+        """The engine's settings (``report_interval`` and
+        ``task_hook_factory`` are Python's own)."""
         return {
             "max_failures": _limit(self.max_failures),
             "num_threads": _arg(self.num_threads),
@@ -91,9 +97,16 @@ def _launch(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
             fid = _callbacks.register_stage(st.op, _callbacks.make_encoder(*config.encoding(i + 1)), st.executor)
             function_ids.append(fid)
         op_ids.append(fid)
-    return Pipeline(
+    pipeline = Pipeline(
         config.to_spec(source_id, op_ids, settings.to_spec()), source_ids, function_ids, settings.report_interval
     )
+    if settings.task_hook_factory is not None:
+        try:
+            _hooks.attach(pipeline, settings.task_hook_factory, op_ids)
+        except BaseException:
+            pipeline.close()
+            raise
+    return pipeline
 
 
 def build_pipeline(
@@ -106,6 +119,7 @@ def build_pipeline(
     queue_size: int | None = None,
     cpu_budget: int | None = None,
     report_interval: float | None = None,
+    task_hook_factory: TaskHookFactory | None = None,
 ) -> Pipeline:
     """Builds the pipeline ``pipeline_cfg`` describes (it starts on first
     iteration or ``start()``).
@@ -129,11 +143,19 @@ def build_pipeline(
             use together; None means ``os.cpu_count()`` (spdl-go's own).
         report_interval: An alias of ``report_stats_interval`` (give one of
             them); None means no reports.
+        task_hook_factory: Called with each stage's ``StageInfo`` (those of
+            the pipelines ``Merge`` and ``PathVariants`` build too), it
+            returns the stage's ``TaskHook`` objects (see
+            ``spdl_go.pipeline.TaskHook``). None (the default) means no
+            hooks, and no cost per call: unlike SPDL, whose default is a
+            ``TaskStatsHook`` per stage, spdl-go measures every stage in
+            ``Pipeline.stats()`` already.
 
     Raises:
         ValueError: a setting is out of range (the message names it).
-        TypeError: ``pipeline_cfg`` is not a ``PipelineConfig``, or both
-            report intervals were given.
+        TypeError: ``pipeline_cfg`` is not a ``PipelineConfig``, both
+            report intervals were given, or ``task_hook_factory`` is not
+            callable or returned something other than ``TaskHook`` objects.
     """
     if not isinstance(pipeline_cfg, PipelineConfig):
         raise TypeError(f"build_pipeline: expected a PipelineConfig, got {type(pipeline_cfg).__name__}")
@@ -147,6 +169,7 @@ def build_pipeline(
         queue_size=queue_size,
         report_interval=report_interval,
         cpu_budget=cpu_budget,
+        task_hook_factory=task_hook_factory,
     )
     return _build(pipeline_cfg, settings)
 

@@ -28,10 +28,13 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _callbacks, _codec, _lib
 from ..stats import Bottleneck, PipelineStats, StageStats
+
+if TYPE_CHECKING:
+    from ._hooks import PipelineHooks
 
 # The stats types live in spdl_go.stats; spdl_go.pipeline re-exports them
 # so that ``from spdl_go.pipeline import PipelineStats`` goes on working.
@@ -93,6 +96,8 @@ _tls = threading.local()  # per-thread out-arguments for spdl_pipeline_next
 # How long interpreter exit waits for a pipeline's threads: a Python call
 # stuck forever (with no stage timeout) must not hang the process.
 _EXIT_WAIT_MS = 2000
+# How long close() waits for the stages' stage_hook to be left.
+_HOOKS_WAIT_S = 5.0
 
 
 @atexit.register
@@ -137,6 +142,9 @@ class Pipeline:
         self._report_interval = report_interval
         self._reporter: threading.Thread | None = None
         self._closed = threading.Event()
+        # The stages' task hooks (build_pipeline(task_hook_factory=)): their
+        # stage_hook is entered by start() and left when the epoch ends.
+        self._hooks: PipelineHooks | None = None
         _lib.check_fork()
         data = json.dumps(spec).encode()
         handle = ctypes.c_uint64()
@@ -178,12 +186,19 @@ class Pipeline:
                 src.iterator = iter(src.iterable)
             self._started, self._running = True, True
             self._failure, self._failure_seen = None, False
+            if self._hooks is not None:
+                try:
+                    self._hooks.begin()
+                except BaseException:
+                    self._running = False
+                    raise
             try:
                 _bounded(lambda: _lib.call(_lib.LIB.spdl_pipeline_start, h), timeout, "start")
             except TimeoutError:
                 raise
-            except BaseException:
+            except BaseException as e:
                 self._running = False
+                self._end_hooks(e)
                 raise
             if self._report_interval and self._reporter is None:
                 self._reporter = threading.Thread(
@@ -216,6 +231,7 @@ class Pipeline:
         finally:
             self._running = False
         failure = self._take_failure()
+        self._end_hooks(failure)
         if failure is not None and not self._failure_seen:
             self._failure_seen = True
             raise failure
@@ -275,13 +291,21 @@ class Pipeline:
                 continue  # a pending KeyboardInterrupt is raised here, between calls
             self._running = False
             if rc == _lib.SPDL_END:
+                self._end_hooks()
                 raise EOFError("the epoch has ended")
             message = _lib.take_string(err.value)
             failure = self._take_failure()
             if failure is None:
                 failure = PipelineFailure([("pipeline", RuntimeError(message))], message)
             self._failure_seen = True
+            self._end_hooks(failure)
             raise failure
+
+    def _end_hooks(self, exc: BaseException | None = None) -> None:
+        """The epoch ended (``exc``: how it failed): the stages' task hooks
+        leave their ``stage_hook`` (once per epoch)."""
+        if self._hooks is not None:
+            self._hooks.end(exc)
 
     def get_iterator(self, *, timeout: float | None = None) -> Iterator[Any]:
         """Iterates the running epoch (starting one if none is running).
@@ -378,6 +402,10 @@ class Pipeline:
             else:
                 self._unregister()
         self._running = False
+        if self._hooks is not None:
+            # In a finaliser (wait_ms 0) only schedule it: it may run on a callback thread.
+            self._hooks.end(wait=wait_ms != 0, timeout=_HOOKS_WAIT_S)
+            self._hooks.close()
 
     def __del__(self) -> None:
         # Finalisers can run on one of this pipeline's own callback threads,
