@@ -37,6 +37,7 @@ from .pipeline.defs import (
     AggregateConfig,
     DisaggregateConfig,
     OutputOrder,
+    Pipe,
     PipeConfig,
     PipelineConfig,
     SinkConfig,
@@ -156,15 +157,15 @@ class PipelineBuilder:
                 async op.
         """
         self._stages.append(
-            PipeConfig(
+            Pipe(
                 op,
-                name=name,
                 concurrency=concurrency,
-                max_concurrency=max_concurrency,
+                executor=executor,
+                name=name,
                 output_order=output_order,
                 max_failures=max_failures,
+                max_concurrency=max_concurrency,
                 timeout=timeout,
-                executor=executor,
             )
         )
         return self
