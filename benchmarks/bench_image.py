@@ -68,17 +68,18 @@ def to_array(t):
         return np.from_dlpack(t)
 
 
-def image_pipeline(items, threads: int, batch: int = 32, concurrency=None):
+def image_pipeline(items, threads: int, batch: int = 32, concurrency=None, continuous: bool = False):
     """The benchmarked spdl-go pipeline: (path, label) -> decode JPEG with a
     fused resize (short side 256) and center crop 224 -> batch -> collate.
     The decode stage runs ``concurrency`` threads (default ``threads``), or
-    tunes itself with ``"auto"`` within a budget of ``threads``."""
+    tunes itself with ``"auto"`` within a budget of ``threads``.
+    ``continuous``: one epoch per iteration (else one pass in all)."""
     if concurrency is None:
         concurrency = threads
     auto = concurrency == "auto"
     return (
         PipelineBuilder()
-        .add_source(items)
+        .add_source(items, continuous=continuous)
         .pipe(
             ops.decode_image(short_side=256, crop="center", crop_size=(224, 224)),
             concurrency=concurrency,
@@ -110,7 +111,7 @@ def tuned_epochs(items, threads: int, concurrency, epochs: int):
     choice carries over, so this is where concurrency="auto" is judged."""
 
     def run() -> int:
-        p = image_pipeline(items, threads, concurrency=concurrency)
+        p = image_pipeline(items, threads, concurrency=concurrency, continuous=True)
         n = 0
         for _ in range(epochs):
             for images, _labels in p:

@@ -61,7 +61,7 @@ def spdl_go_batches(urls: list[str], concurrency: int, cache: dict | None = None
 
     p = (
         spdl_go.PipelineBuilder()
-        .add_source(urls)
+        .add_source(urls, continuous=warm)  # warm: two epochs
         .pipe(ops.read_file(**(cache or {})), concurrency=concurrency, name="read")
         .aggregate(BATCH)
         .add_sink(4)

@@ -83,15 +83,36 @@ class PipelineBuilder:
         self._stages: list[StageConfig] = []
         self._sink: SinkConfig | None = None
 
-    def add_source(self, source: Iterable[Any] | AsyncIterable[Any] | NativeSource) -> PipelineBuilder:
+    def add_source(
+        self, source: Iterable[Any] | AsyncIterable[Any] | NativeSource, *, continuous: bool = False
+    ) -> PipelineBuilder:
         """Sets the source: any Python iterable (``iter()`` is called once per
         epoch), an async iterable (a fresh ``aiter()`` per epoch, iterated on
         an event loop and ``aclose()``-d when it ends, fails, or is left
         unfinished when the next epoch starts) or a native source from
-        ``spdl_go.sources``."""
+        ``spdl_go.sources``.
+
+        Args:
+            source: The iterable, async iterable or native source.
+            continuous: False (SPDL's default): the pipeline makes one pass
+                over the source. A new iterator (``iter()``,
+                ``get_iterator()``) reads on where the previous one
+                stopped, so nothing already pulled or prefetched is lost,
+                and leaving a loop early does not stop the pipeline; once
+                the pass is over, new iterators end at once. True: the
+                source is iterated anew epoch after epoch (a native source
+                reshuffles for each, as its epoch number grows); each
+                iterator reads one epoch and ends at its boundary, and one
+                left mid-epoch leaves the rest of that epoch to the next.
+
+        Example:
+            >>> p = PipelineBuilder().add_source(range(3), continuous=True).add_sink(2).build()
+            >>> list(p), list(p)
+            ([0, 1, 2], [0, 1, 2])
+        """
         if self._source is not None:
             raise ValueError("add_source was already called; a pipeline has one source")
-        self._source = SourceConfig(source)
+        self._source = SourceConfig(source, continuous=continuous)
         return self
 
     def pipe(

@@ -9,7 +9,7 @@ training loop, and its state resumes the epoch exactly there, with any
 number of ranks or threads:
 
     src = ResumableSource(sources.image_folder(root, shuffle=True, with_index=True))
-    pipeline = build(src.source)                       # build from src.source
+    pipeline = build(src.source)    # builds with add_source(src.source, continuous=True)
     for images, labels, idx in src.track(pipeline):    # one epoch
         train(images, labels)
     torch.save(src.state_dict(), path)                 # at any step; under torchrun, on every rank
@@ -72,6 +72,7 @@ class ResumableSource:
         # tracked pipelines, and the one being tracked (weakly).
         self._sizes: dict[str, int] = {}
         self._tracked: Callable[[], Any] = lambda: None
+        self._last: Callable[[], Any] = lambda: None  # the pipeline tracked last
 
     @property
     def source(self) -> NativeSource:
@@ -86,8 +87,10 @@ class ResumableSource:
         dataset indices as it is handed out.
 
         Args:
-            pipeline: A pipeline built from ``self.source`` (iterating it
-                gives one epoch).
+            pipeline: A pipeline built from ``self.source`` with
+                ``add_source(..., continuous=True)``: each call reads one
+                epoch, and a call after one left unfinished reads on in
+                that epoch (its progress carries on).
             index: Returns a batch's indices (a tensor, an Arrow array or a
                 sequence of ints). By default ``batch["__index__"]`` of a
                 dict batch, each sample's ``"__index__"`` in a list of
@@ -95,10 +98,12 @@ class ResumableSource:
                 last element of a tuple or list batch.
         """
         read = index or _default_index
-        if self._next_epoch != self._progress["epoch"] or self._consumed or self._finished:
-            self._progress = {"epoch": self._next_epoch, "prefix": 0}
-        self._consumed, self._finished = [], False
-        self._next_epoch = self._progress["epoch"] + 1
+        if not self._continues(pipeline):
+            if self._next_epoch != self._progress["epoch"] or self._consumed or self._finished:
+                self._progress = {"epoch": self._next_epoch, "prefix": 0}
+            self._consumed, self._finished = [], False
+            self._next_epoch = self._progress["epoch"] + 1
+        self._last = weakref.ref(pipeline) if _weakrefable(pipeline) else lambda: pipeline
         if self._stream:
             try:
                 self._tracked = weakref.ref(pipeline)
@@ -109,6 +114,12 @@ class ResumableSource:
             yield batch
         self._finished = True
         self._learn_sizes()
+
+    def _continues(self, pipeline: Any) -> bool:
+        """Whether ``pipeline`` is the one tracked last and still runs the
+        epoch that was left unfinished (a continuous pipeline's next
+        iterator reads on in that epoch, so its progress carries on)."""
+        return not self._finished and self._last() is pipeline and bool(getattr(pipeline, "_running", False))
 
     def _learn_sizes(self) -> None:
         """Keeps the unit sizes the tracked pipeline's source knows."""
@@ -231,6 +242,14 @@ class ResumableSource:
         self._resume = progress
         self._progress, self._consumed, self._finished = progress, [], False
         self._next_epoch = progress["epoch"]
+
+
+def _weakrefable(obj: Any) -> bool:
+    try:
+        weakref.ref(obj)
+    except TypeError:
+        return False
+    return True
 
 
 def _ranges(ks: list[int]) -> list[list[int]]:

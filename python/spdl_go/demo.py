@@ -74,7 +74,7 @@ def main() -> None:
 
     pipeline = (
         PipelineBuilder()
-        .add_source(items)
+        .add_source(items, continuous=True)  # one epoch per `for`
         .pipe(load, concurrency=args.threads, name="load")
         .aggregate(args.batch_size)
         .pipe(ops.collate(), concurrency=2, name="collate")

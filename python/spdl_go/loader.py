@@ -7,7 +7,8 @@ PyTorch users switch with a few lines:
     # after
     loader = spdl_go.DataLoader(ds, batch_size=32, shuffle=True, num_threads=8, drop_last=True)
 
-and iterate it the same way, one epoch per ``for``. Underneath it is a
+and iterate it the same way, one epoch per ``for`` (a ``for`` left early
+leaves the rest of its epoch to the next one). Underneath it is a
 pipeline: a Go sampler deals this rank's indices (a new seeded shuffle each
 epoch), ``num_threads`` Go threads call ``dataset[i]`` and ``transform``
 (GIL-free between calls; in parallel on free-threaded Python), and batches
@@ -118,7 +119,7 @@ class DataLoader:
     def _build(self) -> Pipeline:
         b = (
             PipelineBuilder()
-            .add_source(self._ckpt.source)
+            .add_source(self._ckpt.source, continuous=True)
             .pipe(self._load, concurrency=self._threads, name="load", output_order="input")
             .aggregate(self.batch_size, drop_last=self.drop_last)
             .pipe(ops.collate(numbers="tensor"), name="collate")
@@ -135,7 +136,8 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[Any]:
         # Each iteration is the source's next epoch (the first one after
-        # load_state_dict resumes where the state left off).
+        # load_state_dict resumes where the state left off); after a loop
+        # left early, it is the rest of that epoch (a continuous source).
         for sample, _ in self._ckpt.track(self.pipeline, index=lambda b: b[1]):
             yield self._convert(sample)
 

@@ -46,7 +46,9 @@ def to_torch(batch: Any) -> Any:
 
 class IterablePipeline(torch.utils.data.IterableDataset):
     """A pipeline as a ``torch.utils.data.IterableDataset``: each iteration
-    runs one epoch and yields its batches converted by ``to_torch``.
+    iterates the pipeline once (one epoch if it was built with
+    ``add_source(..., continuous=True)``; else it reads on in the one pass)
+    and yields its batches converted by ``to_torch``.
 
     Use it with ``DataLoader(ds, batch_size=None)`` (the pipeline already
     batches) and no worker processes.

@@ -27,8 +27,9 @@ class _Captured:
 
     made: list["_Captured"] = []
 
-    def __init__(self, spec, source_ids, function_ids, report_interval=None):
+    def __init__(self, spec, source_ids, function_ids, report_interval=None, continuous=False):
         _Captured.made.append(self)
+        self.continuous = continuous
         self.spec = spec
         self.source_ids = source_ids
         self.function_ids = function_ids

@@ -66,7 +66,7 @@ def test_pipelines_iterated_from_four_threads_with_python_and_native_stages(no_l
         try:
             p = (
                 PipelineBuilder()
-                .add_source(range(300))
+                .add_source(range(300), continuous=True)
                 .pipe(lambda x: np.full((4,), x * k, dtype=np.int64), concurrency=2, output_order="input")
                 .pipe(ops.identity(), concurrency=2, output_order="input")
                 .aggregate(10)

@@ -157,7 +157,7 @@ def test_cache_serves_later_epochs_and_restarts(nginx, tmp_path, level):
     def build():
         return (
             spdl_go.PipelineBuilder()
-            .add_source(urls)
+            .add_source(urls, continuous=True)
             .pipe(ops.read_file(retries=0, **opts), concurrency=16, name="read")
             .add_sink(4)
             .build(max_failures=-1)

@@ -6,7 +6,8 @@ from spdl_go import PipelineBuilder, ops, sources
 
 
 def build(src, *stages):
-    b = PipelineBuilder().add_source(src)
+    # Continuous: these tests read epoch after epoch (a new order each).
+    b = PipelineBuilder().add_source(src, continuous=True)
     for s in stages:
         b = b.pipe(s, output_order="input")
     return b.add_sink(4).build()
@@ -92,7 +93,7 @@ dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 n = int(sys.argv[2])
 p = (PipelineBuilder()
-     .add_source(sources.sampler([("sample", i) for i in range(n)], shuffle=True, seed=11))  # rank from the group
+     .add_source(sources.sampler([("sample", i) for i in range(n)], shuffle=True, seed=11), continuous=True)  # rank from the group
      .pipe(ops.identity(), concurrency=2)
      .aggregate(4)
      .add_sink(3)

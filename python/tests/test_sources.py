@@ -92,7 +92,12 @@ def test_shuffle_is_seeded_and_ranks_split_every_epoch(folder):
     r1 = epoch(seed=1, rank=1, world_size=2, drop_last=True)
     assert len(r0) == len(r1) == 3 and not set(r0) & set(r1)
     # Later epochs are new permutations of the same files.
-    p = spdl_go.PipelineBuilder().add_source(sources.files(folder, shuffle=True, seed=1)).add_sink(2).build()
+    p = (
+        spdl_go.PipelineBuilder()
+        .add_source(sources.files(folder, shuffle=True, seed=1), continuous=True)
+        .add_sink(2)
+        .build()
+    )
     with p.auto_stop():
         e0, e1 = list(p), list(p)
     assert e0 == a and sorted(e1) == sorted(a) and e1 != e0
@@ -377,7 +382,7 @@ def test_table_bad_files_fail_alone(tables):
 def _folder_pipeline(src, batch: int = 3):
     return (
         spdl_go.PipelineBuilder()
-        .add_source(src)
+        .add_source(src, continuous=True)  # track() reads one epoch per call
         .pipe(ops.read_file(), concurrency=2, output_order="input")  # keeps (…, label, index)
         .aggregate(batch)
         .pipe(ops.collate(numbers="tensor"))

@@ -294,8 +294,9 @@ def _negate(x):
 
 
 def _merge_config():
-    a = PipelineConfig(SourceConfig(sources.arange(10)), [Pipe(ops.identity())], SinkConfig(2))
-    b = PipelineBuilder().add_source(range(100, 105)).pipe(_negate).add_sink(1).get_config()
+    # Continuous: the outer pipeline reads one epoch of each per iterator.
+    a = PipelineConfig(SourceConfig(sources.arange(10), continuous=True), [Pipe(ops.identity())], SinkConfig(2))
+    b = PipelineBuilder().add_source(range(100, 105), continuous=True).pipe(_negate).add_sink(1).get_config()
     return PipelineConfig(Merge([a, b]), [Pipe(square), Aggregate(4)], SinkConfig(2))
 
 
@@ -307,8 +308,9 @@ def test_merge_runs_every_pipeline_each_epoch():
             assert [len(b) for b in batches] == [4, 4, 4, 3]
             assert sorted(x for b in batches for x in b) == want
         it = iter(p)
-        next(it)
-        it.close()  # stopped early: the next epoch starts every merged pipeline anew
+        first = next(it)
+        it.close()  # left early: the next iterator reads the rest of that epoch
+        assert sorted(first + [x for b in p for x in b]) == want
         assert sorted(x for b in p for x in b) == want
 
 
@@ -377,7 +379,7 @@ def _times(k):
 
 def _variants_config():
     return PipelineConfig(
-        SourceConfig(range(10)),
+        SourceConfig(range(10), continuous=True),
         [
             Pipe(_negate),
             PathVariants(_parity, [[Pipe(_times(10))], [Pipe(ops.identity()), Pipe(_times(100))]]),
@@ -394,8 +396,9 @@ def test_path_variants_routes_each_item():
             (batch,) = list(p)
             assert sorted(batch) == want
         it = iter(p)
-        next(it)
-        it.close()  # stopped early: the next epoch starts every part anew
+        assert sorted(next(it)) == want
+        it.close()  # left early, after the epoch's one batch: the next iterator ends that epoch
+        assert list(p) == []
         (batch,) = list(p)
         assert sorted(batch) == want
 

@@ -225,7 +225,7 @@ def test_stage_hook_entered_and_left_once_per_epoch() -> None:
     log, _, factory = recording()
     p = (
         PipelineBuilder()
-        .add_source(range(6))
+        .add_source(range(6), continuous=True)
         .pipe(double)
         .pipe(ops.identity(), name="native")
         .add_sink()
@@ -244,9 +244,12 @@ def test_stage_hook_entered_and_left_once_per_epoch() -> None:
             # The native stage's task_hook is never called.
             assert not [e for e in log if e[0] == "native" and e[1] not in ("enter", "exit")]
             log.clear()
-        # An epoch stopped early is left when stop() returns.
+        # An epoch stopped early is left when stop() returns (leaving a
+        # loop early does not stop it).
         for _ in p:
             break
+        assert not [e for e in log if e[1] == "exit"]
+        p.stop()
         assert [e for e in log if e[1] == "exit"] == [("double", "exit", None), ("native", "exit", None)]
         log.clear()
         p.start()
@@ -327,7 +330,7 @@ def test_task_stats_hook_on_python_and_native_stages(caplog: pytest.LogCaptureFi
 
     p = (
         PipelineBuilder()
-        .add_source(range(20))
+        .add_source(range(20), continuous=True)
         .pipe(odd_fails)
         .pipe(ops.identity(), name="native", concurrency=2)
         .aggregate(3)

@@ -365,7 +365,13 @@ class _AsyncRange:
 @pytest.mark.parametrize("order", ORDERS)
 def test_async_iterable_source(order, no_leaks):
     src = _AsyncRange(20)
-    p = PipelineBuilder().add_source(src).pipe(lambda x: x * x, output_order=order, concurrency=2).add_sink(2).build()
+    p = (
+        PipelineBuilder()
+        .add_source(src, continuous=True)
+        .pipe(lambda x: x * x, output_order=order, concurrency=2)
+        .add_sink(2)
+        .build()
+    )
     try:
         for _ in range(2):  # each epoch takes a fresh aiter()
             check_order(list(p), [x * x for x in range(20)], order)
@@ -376,7 +382,7 @@ def test_async_iterable_source(order, no_leaks):
 
 def test_async_source_left_unfinished_is_closed_at_next_epoch(no_leaks):
     src = _AsyncRange(1000)
-    p = PipelineBuilder().add_source(src).add_sink(1).build()
+    p = PipelineBuilder().add_source(src, continuous=True).add_sink(1).build()
     try:
         it = iter(p)
         assert next(it) == 0

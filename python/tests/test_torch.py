@@ -12,7 +12,7 @@ from spdl_go.torch import as_iterable_dataset, to_torch  # noqa: E402
 def batches(n=40, size=8):
     return (
         PipelineBuilder()
-        .add_source([(np.full((2, 3), i, np.float32), i) for i in range(n)])
+        .add_source([(np.full((2, 3), i, np.float32), i) for i in range(n)], continuous=True)  # an epoch per iteration
         .pipe(ops.identity(), output_order="input")
         .aggregate(size)
         .pipe(ops.collate(numbers="tensor"))

@@ -22,6 +22,7 @@ import dataclasses
 import inspect
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -98,7 +99,11 @@ def _launch(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
             function_ids.append(fid)
         op_ids.append(fid)
     pipeline = Pipeline(
-        config.to_spec(source_id, op_ids, settings.to_spec()), source_ids, function_ids, settings.report_interval
+        config.to_spec(source_id, op_ids, settings.to_spec()),
+        source_ids,
+        function_ids,
+        settings.report_interval,
+        continuous=config.src.continuous,
     )
     if settings.task_hook_factory is not None:
         try:
@@ -185,7 +190,7 @@ def _build(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
         if isinstance(src, MergeConfig):
             merged = [_build(c, sub) for c in src.pipeline_configs]
             built += merged
-            src = SourceConfig(_MergedSource(merged))
+            src = SourceConfig(_MergedSource(merged), continuous=_continuous(src))
         k = next((i for i, p in enumerate(config.pipes) if isinstance(p, PathVariantsConfig)), None)
         if k is None:
             return _launch(dataclasses.replace(config, src=src), settings)
@@ -197,10 +202,19 @@ def _build(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
         for ps, path in zip(path_sources, pv.paths, strict=True):
             built.append(_build(PipelineConfig(SourceConfig(ps), path, SinkConfig(2)), sub))
         variants = _VariantsSource(pv, upstream, path_sources, built[-len(pv.paths) :])
-        return _build(PipelineConfig(SourceConfig(variants), config.pipes[k + 1 :], config.sink), settings)
+        outer = SourceConfig(variants, continuous=_continuous(src))
+        return _build(PipelineConfig(outer, config.pipes[k + 1 :], config.sink), settings)
     except BaseException:
         _close_all(built)
         raise
+
+
+def _continuous(src: SourceConfig | MergeConfig) -> bool:
+    """Whether a pipeline reading ``src`` runs epoch after epoch: its
+    source is continuous, or one of the merged pipelines' is (as in SPDL)."""
+    if isinstance(src, MergeConfig):
+        return any(_continuous(c.src) for c in src.pipeline_configs)
+    return src.continuous
 
 
 _POLL_S = 0.05
@@ -252,9 +266,12 @@ def _pump(i: int, p: Pipeline, out: queue.Queue[tuple[str, int, Any]], stop: thr
 
 
 def _join(threads: list[threading.Thread]) -> None:
+    # Called on an engine thread, Thread.join would register that thread
+    # as a dummy Thread for good (it calls current_thread()): poll instead.
+    me = threading.get_ident()
     for t in threads:
-        if t is not threading.current_thread():
-            t.join()
+        while t.ident != me and t.is_alive():
+            time.sleep(0.001)
 
 
 def _close_all(pipelines: list[Pipeline]) -> None:

@@ -110,7 +110,18 @@ def _close_all() -> None:
 
 
 class Pipeline:
-    """A built pipeline. Iterate it for one epoch; iterate again for the next.
+    """A built pipeline.
+
+    What iterating it again means follows the source's ``continuous`` flag
+    (``add_source(src, continuous=...)``), as in SPDL:
+
+    * ``continuous=False`` (the default): one pass over the source. Each
+      iterator reads on from where the previous one left off; leaving a
+      loop early loses nothing and does not stop the pipeline; once the
+      pass is over, new iterators end at once.
+    * ``continuous=True``: epoch after epoch. Each iterator reads one
+      epoch (a native source reshuffles for each); one left mid-epoch
+      leaves the rest of that epoch to the next iterator.
 
     Example:
         >>> with pipeline.auto_stop():
@@ -129,8 +140,14 @@ class Pipeline:
         sources: list[int],
         functions: list[int],
         report_interval: float | None = None,
+        continuous: bool = False,
     ) -> None:
         self._source_ids = sources
+        self._continuous = continuous
+        # The running epoch ended and a read saw its end (continuous: the
+        # next read starts the next epoch).
+        self._epoch_done = False
+        self._auto_lock = threading.Lock()  # one reader starts the next epoch
         self._function_ids = functions
         self._handle = 0
         self._lock = threading.Lock()
@@ -186,6 +203,7 @@ class Pipeline:
                 src.iterator = iter(src.iterable)
             self._started, self._running = True, True
             self._failure, self._failure_seen = None, False
+            self._epoch_done = False
             if self._hooks is not None:
                 try:
                     self._hooks.begin()
@@ -226,6 +244,7 @@ class Pipeline:
         if not self._handle:
             return
         h = self._h()
+        self._epoch_done = False  # stopped: reads end, they start nothing
         try:
             _bounded(lambda: _lib.call(_lib.LIB.spdl_pipeline_stop, h), timeout, "stop")
         finally:
@@ -249,7 +268,9 @@ class Pipeline:
         """Returns the next item, starting the pipeline if it never was.
 
         After the epoch is exhausted or stopped, it returns what is left in
-        the sink, then raises ``EOFError``.
+        the sink, then raises ``EOFError``. With a continuous source, the
+        read after an epoch's ``EOFError`` starts the next epoch (not after
+        ``stop()``).
 
         Args:
             timeout: Seconds to wait; None waits as long as it takes.
@@ -262,8 +283,8 @@ class Pipeline:
                 before the failure were returned; every later read raises
                 it again (until the next epoch).
         """
-        if not self._started:
-            self.start()
+        if not self._started or self._epoch_done:
+            self._auto_start()
         h = self._h()
         try:
             out, err, out_ref, err_ref = _tls.next_args
@@ -292,6 +313,8 @@ class Pipeline:
             self._running = False
             if rc == _lib.SPDL_END:
                 self._end_hooks()
+                if self._continuous and self._started:
+                    self._epoch_done = True
                 raise EOFError("the epoch has ended")
             message = _lib.take_string(err.value)
             failure = self._take_failure()
@@ -301,6 +324,13 @@ class Pipeline:
             self._end_hooks(failure)
             raise failure
 
+    def _auto_start(self) -> None:
+        """Starts the first epoch, or with a continuous source the next one
+        once a read saw the last one end; one reader does it."""
+        with self._auto_lock:
+            if not self._started or (self._epoch_done and not self._running):
+                self.start()
+
     def _end_hooks(self, exc: BaseException | None = None) -> None:
         """The epoch ended (``exc``: how it failed): the stages' task hooks
         leave their ``stage_hook`` (once per epoch)."""
@@ -308,25 +338,30 @@ class Pipeline:
             self._hooks.end(exc)
 
     def get_iterator(self, *, timeout: float | None = None) -> Iterator[Any]:
-        """Iterates the running epoch (starting one if none is running).
+        """Iterates the pipeline's output, starting it if it never was.
 
-        A failure is raised after the items produced before it. Stopping
-        early (``break``, an exception) stops the pipeline.
+        With ``continuous=False`` it reads on from where the previous
+        iterator left off and ends with the source's one pass (at once if
+        the pass is over). With ``continuous=True`` it reads one epoch: the
+        running one if an iterator left it unfinished, else the next one
+        (started here). Leaving it early (``break``, an exception) keeps
+        the pipeline running and loses nothing; ``stop()`` stops it.
+        A failure is raised after the items produced before it.
+
+        Args:
+            timeout: Seconds each read may wait (see ``get_item``).
         """
-        if not self._running:
-            self.start()
-        finished = False
-        try:
-            while True:
-                try:
-                    item = self.get_item(timeout=timeout)
-                except EOFError:
-                    finished = True
-                    return
-                yield item
-        finally:
-            if not finished:
-                self.stop()
+        if self._continuous:
+            if not self._running:
+                self.start()
+        elif not self._started:
+            self._auto_start()
+        while True:
+            try:
+                item = self.get_item(timeout=timeout)
+            except EOFError:
+                return
+            yield item
 
     def __iter__(self) -> Iterator[Any]:
         return self.get_iterator()

@@ -100,15 +100,25 @@ class SourceConfig:
     """Where items come from: a Python iterable (``iter()`` is called once
     per epoch), an async iterable (a fresh ``aiter()`` each epoch, run on
     an event loop; ``aclose()`` when it ends, fails or the next epoch
-    starts first) or a native source from ``spdl_go.sources``."""
+    starts first) or a native source from ``spdl_go.sources``.
+
+    ``continuous`` (SPDL's flag) chooses what iterating the pipeline
+    again means. False: the pipeline makes one pass over the source, and
+    every iterator reads on from where the previous one left off. True:
+    the source is iterated anew epoch after epoch (a native source
+    reshuffles), and each iterator reads one epoch (see
+    ``PipelineBuilder.add_source``)."""
 
     source: Iterable[Any] | AsyncIterable[Any] | NativeSource
+    continuous: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, (NativeSource, Iterable, AsyncIterable)):
             raise TypeError(
                 f"add_source: expected an iterable, an async iterable or a native source, got {type(self.source).__name__}"
             )
+        if not isinstance(self.continuous, bool):
+            raise TypeError(f"add_source: continuous must be a bool, got {type(self.continuous).__name__}")
 
     def to_spec(self, source_id: int | None = None) -> dict[str, Any]:
         """The source's spec; a Python source names its registry id."""
@@ -432,7 +442,12 @@ class PipelineConfig:
                     f"{where} the source is Python code ({type(src).__name__}); "
                     "only a native source (spdl_go.sources) can be serialised"
                 )
-            src_dict = {"kind": src.kind, "options": src.options, "resumes": src.resumes}
+            src_dict = {
+                "kind": src.kind,
+                "options": src.options,
+                "resumes": src.resumes,
+                "continuous": self.src.continuous,
+            }
         pipes: list[dict[str, Any]] = []
         for i, st in enumerate(self.pipes):
             if isinstance(st, PipeConfig):
@@ -507,7 +522,8 @@ class PipelineConfig:
                     _expect(src.get("kind"), str, f"{where}: src.kind"),
                     _expect(src.get("options"), dict, f"{where}: src.options"),
                     src.get("resumes"),
-                )
+                ),
+                continuous=_expect(src.get("continuous", False), bool, f"{where}: src.continuous"),
             )
         pipes: list[StageConfig] = []
         for i, p in enumerate(_expect(obj.get("pipes"), list, f"{where}: pipes")):
@@ -549,7 +565,7 @@ def _expect(v: Any, t: type, what: str) -> Any:
     return v
 
 
-_JSON_NAMES: dict[type, str] = {dict: "object", list: "array", str: "string"}
+_JSON_NAMES: dict[type, str] = {dict: "object", list: "array", str: "string", bool: "boolean"}
 
 
 def _unlimit(v: Any) -> Any:
