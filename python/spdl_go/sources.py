@@ -140,7 +140,8 @@ def sampler(
     epoch: int = 0,
     with_index: bool = False,
 ) -> NativeSource:
-    """This rank's share of a dataset, one epoch per iteration, in Go.
+    """This rank's share of a dataset, in Go: one epoch per engine run
+    (each iteration with ``add_source(..., continuous=True)``).
 
     ``data`` is the dataset size (the source then yields indices) or a
     sequence of samples made of plain values (paths, bytes, numbers,

@@ -2,8 +2,10 @@
 
 A pipeline is a source, then stages, then a sink that prefetches. Stages
 run on Go threads: native ops without the GIL, Python callables with the
-GIL held only while Python code runs. Iterating a pipeline is one epoch;
-iterate again for the next one. ``PipelineBuilder`` or ``build_pipeline``
+GIL held only while Python code runs. As in SPDL, a source added with
+``continuous=False`` (the default) is read once, and each new iterator
+goes on where the last stopped; with ``continuous=True`` each iterator
+reads one epoch. ``PipelineBuilder`` or ``build_pipeline``
 makes one; this module owns it from then on: its epochs, its items, its
 stats, a periodic stats reporter, and closing it (at interpreter exit
 too, before the callbacks its threads run are torn down).
