@@ -120,6 +120,7 @@ func (op readFile) OpStats() map[string]int64 {
 	return map[string]int64{
 		"cache_memory_hits": s.MemoryHits, "cache_disk_hits": s.DiskHits, "cache_misses": s.Misses,
 		"cache_memory_bytes": s.MemoryBytes, "cache_disk_bytes": s.DiskBytes, "cache_evictions": s.Evictions,
+		"cache_corrupt_entries": s.Corrupt,
 	}
 }
 

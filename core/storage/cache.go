@@ -4,9 +4,11 @@ import (
 	"container/list"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -22,9 +24,12 @@ type CacheOptions struct {
 	// MemoryBytes is the budget of the in-memory LRU level (any name).
 	MemoryBytes int64
 	// Dir holds the on-disk level, for remote objects only; DiskBytes is
-	// its budget. Several processes may share Dir: files appear whole
-	// (written aside, then renamed), and each process evicts by the
-	// files' last use as the directory shows it.
+	// its budget (of the objects' bytes). Several processes may share Dir:
+	// files appear whole (written aside, then renamed), and each process
+	// evicts by the files' last use as the directory shows it. Each entry
+	// carries its length and CRC-32C, checked on every read: a damaged
+	// entry (or one from an older format) is deleted and read again from
+	// its origin.
 	Dir       string
 	DiskBytes int64
 }
@@ -39,7 +44,7 @@ type Cache struct {
 	mem *memLRU
 	dsk *diskCache
 
-	memHits, diskHits, misses, evictions atomic.Int64
+	memHits, diskHits, misses, evictions, corrupt atomic.Int64
 }
 
 // CacheStats counts a cache's traffic and contents.
@@ -47,6 +52,9 @@ type CacheStats struct {
 	MemoryHits, DiskHits, Misses int64
 	MemoryBytes, DiskBytes       int64 // held now (the disk figure as this process last counted it)
 	Evictions                    int64 // entries evicted from either level
+	// Corrupt counts disk entries that failed their check (length,
+	// CRC-32C, or an older format) and were deleted; each is also a miss.
+	Corrupt int64
 }
 
 // NewCache opens a cache, creating Dir if needed and counting what it
@@ -63,7 +71,7 @@ func NewCache(o CacheOptions) (*Cache, error) {
 		if o.DiskBytes == 0 {
 			return nil, fmt.Errorf("cache: %s: give the disk cache a budget in bytes", o.Dir)
 		}
-		d := &diskCache{dir: o.Dir, budget: o.DiskBytes, evictions: &c.evictions}
+		d := &diskCache{dir: o.Dir, budget: o.DiskBytes, evictions: &c.evictions, corrupt: &c.corrupt}
 		if err := os.MkdirAll(d.tmpDir(), 0o755); err != nil {
 			return nil, fmt.Errorf("cache: %w", err)
 		}
@@ -109,7 +117,7 @@ func (c *Cache) Put(name string, b []byte) {
 
 // Stats returns the counters.
 func (c *Cache) Stats() CacheStats {
-	s := CacheStats{MemoryHits: c.memHits.Load(), DiskHits: c.diskHits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load()}
+	s := CacheStats{MemoryHits: c.memHits.Load(), DiskHits: c.diskHits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(), Corrupt: c.corrupt.Load()}
 	if c.mem != nil {
 		s.MemoryBytes = c.mem.size()
 	}
@@ -186,6 +194,42 @@ type diskCache struct {
 	lastScan  atomic.Int64 // unix nanoseconds of the last count
 	evictMu   sync.Mutex
 	evictions *atomic.Int64
+	corrupt   *atomic.Int64
+}
+
+// An entry file is a header, then the object's bytes:
+//
+//	magic "spdlC1\n\x00" | length uint64 LE | CRC-32C (Castagnoli) uint32 LE | 4 zero bytes
+//
+// A file that is too short, has another magic (entries of the old format
+// were the bare bytes), another length or another CRC is not served.
+const (
+	entryMagic  = "spdlC1\n\x00"
+	entryHeader = 24
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// encodeEntry returns the header of an entry holding b.
+func encodeEntry(b []byte) []byte {
+	h := make([]byte, entryHeader)
+	copy(h, entryMagic)
+	binary.LittleEndian.PutUint64(h[8:], uint64(len(b)))
+	binary.LittleEndian.PutUint32(h[16:], crc32.Checksum(b, castagnoli))
+	return h
+}
+
+// decodeEntry returns the object's bytes in an entry file, or false when
+// the file does not check out.
+func decodeEntry(f []byte) ([]byte, bool) {
+	if len(f) < entryHeader || string(f[:8]) != entryMagic {
+		return nil, false
+	}
+	b := f[entryHeader:]
+	if binary.LittleEndian.Uint64(f[8:]) != uint64(len(b)) || binary.LittleEndian.Uint32(f[16:]) != crc32.Checksum(b, castagnoli) {
+		return nil, false
+	}
+	return b, true
 }
 
 // path is the entry file of name: a hash of the name, in 256 subfolders.
@@ -199,8 +243,20 @@ func (d *diskCache) tmpDir() string { return filepath.Join(d.dir, "tmp") }
 
 func (d *diskCache) get(name string) ([]byte, bool) {
 	p := d.path(name)
-	b, err := os.ReadFile(p)
+	f, err := os.ReadFile(p)
 	if err != nil {
+		return nil, false
+	}
+	b, ok := decodeEntry(f)
+	if !ok {
+		// Damaged on disk (or written by an older version): drop it so
+		// that the caller's read from the origin puts a good one back.
+		// A good entry renamed over it meanwhile is only lost, never
+		// served wrong.
+		if os.Remove(p) == nil {
+			d.bytes.Add(-max(0, int64(len(f))-entryHeader))
+		}
+		d.corrupt.Add(1)
 		return nil, false
 	}
 	now := time.Now()
@@ -216,7 +272,7 @@ func (d *diskCache) put(name string, b []byte) error {
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	tmp := filepath.Join(d.tmpDir(), hex.EncodeToString(rnd[:]))
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := writeEntry(tmp, b); err != nil {
 		os.Remove(tmp)
 		return err
 	}
@@ -232,6 +288,22 @@ func (d *diskCache) put(name string, b []byte) error {
 		return d.evict()
 	}
 	return nil
+}
+
+// writeEntry writes the entry file of b at path.
+func writeEntry(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(encodeEntry(b))
+	if err == nil {
+		_, err = f.Write(b)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 type diskEntry struct {
@@ -310,8 +382,10 @@ func (d *diskCache) scan() ([]diskEntry, int64, error) {
 		if err != nil {
 			return nil
 		}
-		out = append(out, diskEntry{path: p, size: info.Size(), used: info.ModTime()})
-		total += info.Size()
+		// Budgets count the objects' bytes, not the headers.
+		size := max(0, info.Size()-entryHeader)
+		out = append(out, diskEntry{path: p, size: size, used: info.ModTime()})
+		total += size
 		return nil
 	})
 	if err != nil {

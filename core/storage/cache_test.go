@@ -2,7 +2,9 @@ package storage_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -108,5 +110,82 @@ func TestDiskCacheConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if left, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(left) != 0 {
 		t.Errorf("%d temporary files left", len(left))
+	}
+}
+
+// entryFile is the one entry file under dir.
+func entryFile(t *testing.T, dir string) string {
+	t.Helper()
+	var files []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == "tmp" {
+			return filepath.SkipDir
+		}
+		if err == nil && !d.IsDir() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if len(files) != 1 {
+		t.Fatalf("want one entry file, found %v", files)
+	}
+	return files[0]
+}
+
+// A damaged entry is never served: it is a miss (so the caller reads the
+// origin again), it is deleted and counted, and the next Put restores it.
+func TestDiskCacheDropsCorruptEntries(t *testing.T) {
+	want := blob(1000)
+	cases := []struct {
+		name   string
+		damage func(f []byte) []byte
+	}{
+		{"flipped payload byte", func(f []byte) []byte { f[len(f)-500] ^= 0x10; return f }},
+		{"flipped length byte", func(f []byte) []byte { f[8] ^= 1; return f }},
+		{"flipped checksum byte", func(f []byte) []byte { f[17] ^= 0x80; return f }},
+		{"truncated", func(f []byte) []byte { return f[:len(f)-1] }},
+		{"truncated to the header", func(f []byte) []byte { return f[:24] }},
+		{"extended", func(f []byte) []byte { return append(f, 0) }},
+		{"emptied", func(f []byte) []byte { return nil }},
+		{"old format (bare bytes)", func([]byte) []byte { return bytes.Clone(want) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := storage.CacheOptions{Dir: dir, DiskBytes: 1 << 20}
+			c := mustCache(t, opts)
+			const name = "https://h/obj"
+			c.Put(name, want)
+			p := entryFile(t, dir)
+			f, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, tc.damage(f), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// A fresh cache, as a restarted job or another process sees it.
+			c = mustCache(t, opts)
+			if b, ok := c.Get(name); ok {
+				t.Fatalf("a damaged entry was served (%d bytes)", len(b))
+			}
+			st := c.Stats()
+			if st.Corrupt != 1 || st.Misses != 1 || st.DiskHits != 0 {
+				t.Errorf("stats after the damaged read: %+v (want Corrupt 1, Misses 1)", st)
+			}
+			if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the damaged entry was not deleted: %v", err)
+			}
+			if st.DiskBytes != 0 {
+				t.Errorf("disk bytes %d after deleting the only entry", st.DiskBytes)
+			}
+			c.Put(name, want) // what the caller read from the origin
+			if b, ok := c.Get(name); !ok || !bytes.Equal(b, want) {
+				t.Errorf("the entry put back is not served whole (ok=%v, %d bytes)", ok, len(b))
+			}
+			if st := c.Stats(); st.Corrupt != 1 || st.DiskHits != 1 || st.DiskBytes != int64(len(want)) {
+				t.Errorf("stats after the entry was put back: %+v", st)
+			}
+		})
 	}
 }

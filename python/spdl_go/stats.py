@@ -69,7 +69,8 @@ class StageStats:
     op_stats: dict[str, int] = field(default_factory=dict)
     """The op's own counters, e.g. ``read_file``'s cache: cache_memory_hits,
     cache_disk_hits, cache_misses, cache_memory_bytes, cache_disk_bytes,
-    cache_evictions (cumulative over epochs)."""
+    cache_evictions, cache_corrupt_entries (disk entries that failed their
+    checksum, deleted and read again; cumulative over epochs)."""
 
     @classmethod
     def _from(cls, d: dict[str, Any]) -> StageStats:
