@@ -39,6 +39,8 @@ func encodings() []encoding {
 		{"png", true, func(t testing.TB, m *image.RGBA) []byte { return encPNG(t, m) }},
 		{"bmp", true, func(t testing.TB, m *image.RGBA) []byte { return encBMP(m) }},
 		{"gif", true, func(t testing.TB, m *image.RGBA) []byte { return encGIF(t, m) }},
+		// Without its trailer byte (some writers omit it): every block is whole.
+		{"gif-no-trailer", true, func(t testing.TB, m *image.RGBA) []byte { g := encGIF(t, m); return g[:len(g)-1] }},
 		{"webp", true, func(t testing.TB, m *image.RGBA) []byte { return encFFmpeg(t, m, "webp", "-lossless", "1") }},
 		{"webp-lossy", false, func(t testing.TB, m *image.RGBA) []byte { return encFFmpeg(t, m, "webp", "-quality", "95") }},
 		{"tiff", true, func(t testing.TB, m *image.RGBA) []byte { return encFFmpeg(t, m, "tiff") }},
@@ -252,6 +254,8 @@ func TestDecodeErrors(t *testing.T) {
 	noLeak(t)
 	jpg := encJPEG(t, photo(64, 48, 2), 90)
 	pngData := encPNG(t, photo(64, 48, 2))
+	gifData := encGIF(t, quadrants(64, 48))
+	gifTable := 3 << (gifData[10]&7 + 1)
 	cases := []errCase{
 		{"truncated jpeg", "cut.jpg", jpg[:len(jpg)/2], img.ErrTruncated, "JPEG data ends early"},
 		{"truncated jpeg header", "head.jpg", jpg[:40], img.ErrTruncated, "header"},
@@ -266,6 +270,10 @@ func TestDecodeErrors(t *testing.T) {
 		{"png bomb", "bomb.png", pngBomb(pngData), img.ErrTooLarge, "60000x60000"},
 		{"png zero width", "zero.png", pngDims(pngData, 0, 48), img.ErrCorrupt, "0x48"},
 		{"gif bomb", "bomb.gif", gifBomb(encGIF(t, quadrants(8, 8))), img.ErrTooLarge, "60000x60000"},
+		{"truncated gif", "cut.gif", gifData[:len(gifData)/2], img.ErrTruncated, "GIF ends inside its image 1's data"},
+		{"gif without its last sub-block's terminator", "noterm.gif", gifData[:len(gifData)-2], img.ErrTruncated, "GIF ends inside its image 1's data"},
+		{"gif cut in its color table", "table.gif", gifData[:20], img.ErrTruncated, "global color table"},
+		{"gif cut after its header", "head.gif", gifData[:13+gifTable], img.ErrTruncated, "before any image"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

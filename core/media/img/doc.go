@@ -75,7 +75,9 @@
 //	decode_image: decode "x.png": image too large: PNG of 60000x60000 = 3600000000 pixels is over max_pixels (100000000)
 //
 // A JPEG with recoverable corruption (libjpeg warnings other than
-// truncation) decodes, as with PIL.
+// truncation) decodes, as with PIL. A PNG that does not reach its IEND
+// chunk, or a GIF whose blocks are cut short, fails as ErrTruncated
+// (FFmpeg alone would return a partly filled picture).
 //
 // # Transforms
 //

@@ -131,7 +131,7 @@ func headerDims(f format, b []byte) (w, h int, ok bool, err error) {
 		if err := short(10); err != nil {
 			return 0, 0, false, err
 		}
-		return int(le.Uint16(b[6:])), int(le.Uint16(b[8:])), true, nil
+		return int(le.Uint16(b[6:])), int(le.Uint16(b[8:])), true, gifComplete(b)
 	case fmtBMP:
 		if err := short(18); err != nil {
 			return 0, 0, false, err
@@ -200,6 +200,82 @@ func pngComplete(b []byte) error {
 		off = int(next)
 	}
 	return fmt.Errorf("%w: PNG ends after %d bytes without its IEND chunk", ErrTruncated, len(b))
+}
+
+// gifComplete walks the block structure (headers and sub-block lengths,
+// not the pixels) and checks that no block is cut short and that there is
+// an image: FFmpeg's decoder returns a partly filled first frame for a
+// truncated file instead of failing. A file that ends between blocks
+// after its first image (no trailer byte) is accepted, as are bytes
+// after the first image that are no block (FFmpeg never reads them).
+func gifComplete(b []byte) error {
+	const lsd = 13 // signature and logical screen descriptor
+	if len(b) < lsd {
+		return fmt.Errorf("%w: the GIF header needs %d bytes, the data has %d", ErrTruncated, lsd, len(b))
+	}
+	table := func(packed byte) int {
+		if packed&0x80 == 0 {
+			return 0
+		}
+		return 3 << (packed&7 + 1)
+	}
+	off := lsd + table(b[10])
+	cut := func(what string) error {
+		return fmt.Errorf("%w: GIF ends inside its %s (%d bytes)", ErrTruncated, what, len(b))
+	}
+	// subBlocks skips data sub-blocks up to their zero terminator.
+	subBlocks := func(what string) error {
+		for {
+			if off >= len(b) {
+				return cut(what)
+			}
+			n := int(b[off])
+			off += 1 + n
+			if n == 0 {
+				return nil
+			}
+		}
+	}
+	if off > len(b) {
+		return cut("global color table")
+	}
+	images := 0
+	for off < len(b) {
+		switch b[off] {
+		case 0x3b: // trailer
+			if images == 0 {
+				return fmt.Errorf("%w: GIF has no image before its trailer", ErrCorrupt)
+			}
+			return nil
+		case 0x21: // extension: a label, then sub-blocks
+			off += 2
+			if err := subBlocks("extension block"); err != nil {
+				return err
+			}
+		case 0x2c: // image descriptor, local color table, LZW code size, data
+			if off+10 > len(b) {
+				return cut("image descriptor")
+			}
+			off += 10 + table(b[off+9])
+			if off >= len(b) {
+				return cut("local color table")
+			}
+			off++ // LZW minimum code size
+			if err := subBlocks(fmt.Sprintf("image %d's data", images+1)); err != nil {
+				return err
+			}
+			images++
+		default:
+			if images == 0 {
+				return fmt.Errorf("%w: GIF block type 0x%02x before any image", ErrCorrupt, b[off])
+			}
+			return nil
+		}
+	}
+	if images == 0 {
+		return fmt.Errorf("%w: GIF ends after %d bytes before any image", ErrTruncated, len(b))
+	}
+	return nil
 }
 
 // tiffDims reads ImageWidth and ImageLength from the first IFD.
