@@ -64,6 +64,28 @@ type Options struct {
 	// channel: longer audio is cropped (decoding stops there), shorter is
 	// padded with zeros at the end. This is what batching needs.
 	NumSamples int
+	// MaxSamples bounds the output's size in samples, channels times
+	// samples per channel (float32 each), so that a few bytes claiming
+	// hours of audio, or a 1 Hz file resampled to 16 kHz, fail fast
+	// instead of taking gigabytes; 0 means DefaultMaxSamples. It is
+	// checked before the output is allocated, against num_samples or the
+	// length the file declares (its duration after Start, capped by
+	// Duration, at the output rate), and again while decoding, which
+	// stops as soon as the output would pass it (for files whose length
+	// is not known up front, or is wrong).
+	MaxSamples int64
+}
+
+// DefaultMaxSamples is the largest output (channels times samples per
+// channel) decoded unless Options.MaxSamples says otherwise: a little
+// over an hour of 48 kHz stereo, 1.6 GB of float32.
+const DefaultMaxSamples = 400_000_000
+
+func (o Options) maxSamples() int64 {
+	if o.MaxSamples > 0 {
+		return o.MaxSamples
+	}
+	return DefaultMaxSamples
 }
 
 func (o Options) validate() error {
@@ -78,6 +100,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("duration must be a number of seconds > 0, not %v", o.Duration)
 	case o.NumSamples < 0:
 		return fmt.Errorf("num_samples must be >= 1, not %d", o.NumSamples)
+	case o.MaxSamples < 0:
+		return fmt.Errorf("max_samples must be >= 1, not %d", o.MaxSamples)
 	}
 	return nil
 }
@@ -91,12 +115,6 @@ const (
 	// bit reservoir, Opus and AAC's overlap) need some audio to settle.
 	preroll = 0.2
 )
-
-// maxOutputBytes bounds the decoded audio of one item: a few kilobytes of
-// FLAC or crafted headers can otherwise ask for gigabytes.
-var maxOutputBytes atomic.Int64
-
-func init() { maxOutputBytes.Store(4 << 30) }
 
 // seeks and seekMisses count how often Decode seeked, and how often the
 // seek landed after Start and it decoded from the beginning instead.
@@ -154,7 +172,7 @@ func decode(ctx context.Context, src av.Source, o Options, seek bool) (_ *tensor
 		seeks.Add(1)
 	}
 
-	a := C.spdl_audio_new(C.int(o.SampleRate), C.int(o.NumChannels), C.int64_t(maxOutputBytes.Load()))
+	a := C.spdl_audio_new(C.int(o.SampleRate), C.int(o.NumChannels), C.int64_t(o.maxSamples()*4))
 	if a == nil {
 		return nil, av.Errorf(src, "decode audio", "out of memory")
 	}
@@ -168,6 +186,9 @@ func decode(ctx context.Context, src av.Source, o Options, seek bool) (_ *tensor
 		}
 	}()
 	fail := func(rc C.int) error {
+		if rc == C.SPDL_AUDIO_ETOOBIG {
+			return av.Errorf(src, "decode audio", "audio too large: the decoded audio would be over max_samples (%d, channels times samples); set duration or num_samples, or raise max_samples", o.maxSamples())
+		}
 		if rc == C.SPDL_AUDIO_ERATIO {
 			return av.Errorf(src, "decode audio", "the sample rate is more than %d times the requested %d Hz; resampling that far is not supported",
 				C.SPDL_AUDIO_MAX_DOWNSAMPLING, int(C.spdl_audio_rate(a)))
@@ -198,8 +219,8 @@ func decode(ctx context.Context, src av.Source, o Options, seek bool) (_ *tensor
 		}
 		var rc C.int
 		if o.NumSamples > 0 {
-			if nch*int64(o.NumSamples)*4 > maxOutputBytes.Load() {
-				return fail(C.SPDL_AUDIO_ETOOBIG)
+			if n := nch * int64(o.NumSamples); n > o.maxSamples() {
+				return av.Errorf(src, "decode audio", "audio too large: num_samples %d x %d channels = %d samples is over max_samples (%d)", o.NumSamples, nch, n, o.maxSamples())
 			}
 			var err error
 			if out, err = tensor.New(tensor.Float32, nch, int64(o.NumSamples)); err != nil {
@@ -207,7 +228,20 @@ func decode(ctx context.Context, src av.Source, o Options, seek bool) (_ *tensor
 			}
 			rc = C.spdl_audio_set_sink(a, (*C.float)(out.Data()), C.int64_t(o.NumSamples), 0, C.int64_t(skip), C.int64_t(limit))
 		} else {
-			rc = C.spdl_audio_set_sink(a, nil, 0, C.int64_t(lengthHint(in, st, rate, o, limit)), C.int64_t(skip), C.int64_t(limit))
+			// Refuse what the file declares before anything is allocated;
+			// the planes' growth enforces the bound for the rest.
+			if secs, ok := declared(in, st); ok {
+				keep := max(0, secs-o.Start)
+				if o.Duration > 0 {
+					keep = min(keep, o.Duration)
+				}
+				if n := keep * rate * float64(nch); n > float64(o.maxSamples()) {
+					return av.Errorf(src, "decode audio", "audio too large: %.6gs of %d Hz audio (declared) at %g Hz x %d channels = %.0f samples is over max_samples (%d); set duration or num_samples, or raise max_samples",
+						keep, st.CodecParameters().SampleRate(), rate, nch, n, o.maxSamples())
+				}
+			}
+			hint := min(lengthHint(in, st, rate, o, limit), o.maxSamples()/nch)
+			rc = C.spdl_audio_set_sink(a, nil, 0, C.int64_t(hint), C.int64_t(skip), C.int64_t(limit))
 		}
 		if rc < 0 {
 			return fail(rc)
@@ -357,13 +391,25 @@ func gcd(a, b int) int {
 	return a
 }
 
+// declared is the stream's length in seconds as the container says it
+// (the stream's duration, else the file's; FFmpeg estimates it from the
+// bit rate where neither is stored).
+func declared(in *av.Input, st *astiav.Stream) (float64, bool) {
+	if d := st.Duration(); d > 0 && d != astiav.NoPtsValue {
+		if secs := float64(d) * st.TimeBase().Float64(); secs > 0 && !math.IsInf(secs, 0) {
+			return secs, true
+		}
+	}
+	if d := in.FC.Duration(); d > 0 && d != astiav.NoPtsValue {
+		return float64(d) / float64(astiav.TimeBase), true
+	}
+	return 0, false
+}
+
 // lengthHint guesses how many samples per channel the output will hold,
 // so that the planes rarely grow; headers can lie, so it stays modest.
 func lengthHint(in *av.Input, st *astiav.Stream, rate float64, o Options, limit int64) int64 {
-	secs := float64(in.FC.Duration()) / float64(astiav.TimeBase)
-	if d := st.Duration(); d > 0 {
-		secs = float64(d) * st.TimeBase().Float64()
-	}
+	secs, _ := declared(in, st)
 	hint := int64((secs-o.Start)*rate) + 1024
 	if limit >= 0 && hint > limit {
 		hint = limit
@@ -373,8 +419,6 @@ func lengthHint(in *av.Input, st *astiav.Stream, rate float64, o Options, limit 
 
 func strerror(rc C.int) string {
 	switch rc {
-	case C.SPDL_AUDIO_ETOOBIG:
-		return fmt.Sprintf("the decoded audio would exceed %d bytes; set duration or num_samples", maxOutputBytes.Load())
 	case C.SPDL_AUDIO_ECHANNELS:
 		return fmt.Sprintf("a frame has no channels or more than %d", C.SPDL_AUDIO_MAX_CHANNELS)
 	}

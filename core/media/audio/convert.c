@@ -153,12 +153,20 @@ static void clamp(float *p, int64_t n) {
 }
 
 /* room is how many more samples per channel the sink may take, growing the
- * owned planes to hold want of them. */
+ * owned planes to hold want of them. want is the resampler's upper bound:
+ * near max_bytes it is cut to what is left (the resampler keeps the rest),
+ * and only output that finds nothing left is too big. */
 static int room(spdl_audio *a, int64_t want, int64_t *n) {
 	int64_t r = want;
 	if (a->limit >= 0 && a->limit - a->len < r)
 		r = a->limit - a->len;
 	if (!a->ext) {
+		int64_t most = a->max_bytes / 4 / a->nch;
+		if (r > most - a->len) {
+			if (most - a->len <= 0)
+				return SPDL_AUDIO_ETOOBIG;
+			r = most - a->len;
+		}
 		int rc = grow(a->planes, a->nch, &a->cap, a->len + r, a->max_bytes);
 		if (rc < 0)
 			return rc;
@@ -183,8 +191,14 @@ static int convert(spdl_audio *a, const uint8_t **in, int n_in) {
 			return n;
 		int64_t d = n < a->skip ? n : a->skip;
 		a->skip -= d;
+		/* These samples exist already: all that the limit keeps must fit. */
+		int64_t keep = n - d;
+		if (a->limit >= 0 && a->limit - a->len < keep)
+			keep = a->limit - a->len;
+		if (!a->ext && keep > a->max_bytes / 4 / a->nch - a->len)
+			return SPDL_AUDIO_ETOOBIG;
 		int64_t k;
-		if ((rc = room(a, n - d, &k)) < 0)
+		if ((rc = room(a, keep, &k)) < 0)
 			return rc;
 		for (int c = 0; c < a->nch; c++) {
 			float *dst = plane(a, c) + a->len;

@@ -30,6 +30,8 @@ func init() {
 //	start        float  seconds to skip; default 0
 //	duration     float  seconds to keep from start; default to the end
 //	num_samples  int    crop or zero-pad to exactly this many samples
+//	max_samples  int    refuse outputs over this many samples, channels
+//	                    times samples per channel (default 400_000_000)
 //	key          str    the dict field to decode; default "audio"
 //	output_key   str    where to put the tensor; default key
 type decodeAudio struct {
@@ -43,7 +45,7 @@ func newDecodeAudio(m map[string]any) (ops.Op, error) {
 		return nil, err
 	}
 	var o Options
-	known := []string{"sample_rate", "num_channels", "start", "duration", "num_samples", "key", "output_key"}
+	known := []string{"sample_rate", "num_channels", "start", "duration", "num_samples", "max_samples", "key", "output_key"}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if !slices.Contains(known, k) {
 			return nil, fmt.Errorf("unknown option %q; known options: %s", k, strings.Join(known, ", "))
@@ -57,6 +59,13 @@ func newDecodeAudio(m map[string]any) (ops.Op, error) {
 	}
 	if o.NumSamples, err = intOpt(m, "num_samples", 1); err != nil {
 		return nil, err
+	}
+	if v := m["max_samples"]; v != nil {
+		n, ok := options.AsInt(v)
+		if !ok || n < 1 {
+			return nil, fmt.Errorf("option \"max_samples\" must be an int >= 1, not %s", value.Describe(v))
+		}
+		o.MaxSamples = n
 	}
 	if o.Start, err = secondsOpt(m, "start", false); err != nil {
 		return nil, err

@@ -36,6 +36,9 @@ func TestOptions(t *testing.T) {
 		{"zero duration", map[string]any{"duration": 0.0}, `"duration" must be > 0`},
 		{"bool duration", map[string]any{"duration": true}, `"duration" must be a number`},
 		{"zero num_samples", map[string]any{"num_samples": int64(0)}, `"num_samples" must be an int >= 1`},
+		{"max_samples", map[string]any{"max_samples": int64(5_000_000_000)}, ""},
+		{"zero max_samples", map[string]any{"max_samples": int64(0)}, `"max_samples" must be an int >= 1`},
+		{"float max_samples", map[string]any{"max_samples": 1.5}, `"max_samples" must be an int >= 1`},
 		{"bad key", map[string]any{"key": int64(1)}, `"key" must be a string`},
 	}
 	for _, tc := range cases {
