@@ -525,6 +525,9 @@ func (d *decoder) decodeSlots(ctx context.Context, ks []int64, strict bool) (*te
 			if err := d.geometry(f); err != nil {
 				return err
 			}
+			if err := d.checkOutput(int64(len(ks))); err != nil {
+				return err
+			}
 			var err error
 			if out, err = tensor.New(tensor.UInt8, int64(len(ks)), int64(d.oh), int64(d.ow), int64(d.channels)); err != nil {
 				return av.Errorf(d.src, "decode video", "%w", err)
@@ -643,9 +646,22 @@ func (d *decoder) decodeAll(ctx context.Context, first, end int64) (*tensor.Tens
 				if err := d.geometry(f); err != nil {
 					return nil, err
 				}
+				// A count the stream declares is believed (a video that
+				// ends well short of it is an error anyway).
+				if d.nKind >= countStream {
+					if err := d.checkOutput(want); err != nil {
+						return nil, err
+					}
+				}
 			} else {
 				want = min(2*want, maxFrames-count)
 			}
+			// No chunk goes past max_output_bytes.
+			fit := d.o.maxOutputBytes()/d.frameBytes() - count
+			if fit <= 0 {
+				return nil, d.checkOutput(count + 1)
+			}
+			want = min(want, fit)
 			c, err := tensor.New(tensor.UInt8, want, int64(d.oh), int64(d.ow), int64(d.channels))
 			if err != nil {
 				return nil, av.Errorf(d.src, "decode video", "%w", err)
@@ -687,6 +703,18 @@ func (d *decoder) decodeAll(ctx context.Context, first, end int64) (*tensor.Tens
 		off += copy(dst[off:], unsafe.Slice((*byte)(c.Data()), n))
 	}
 	return out, nil
+}
+
+// frameBytes is the size of one output frame.
+func (d *decoder) frameBytes() int64 { return int64(d.oh) * int64(d.ow) * int64(d.channels) }
+
+// checkOutput refuses an output of n frames over max_output_bytes.
+func (d *decoder) checkOutput(n int64) error {
+	if b := n * d.frameBytes(); b > d.o.maxOutputBytes() {
+		return av.Errorf(d.src, "decode video", "video output too large: %d frames of %dx%dx%d = %d bytes is over max_output_bytes (%d); select fewer frames (num_frames, fps, indices, duration), resize (size, short_side), or raise max_output_bytes",
+			n, d.ow, d.oh, d.channels, b, d.o.maxOutputBytes())
+	}
+	return nil
 }
 
 // geometry fixes the output size from the first frame placed.

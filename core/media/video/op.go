@@ -37,6 +37,7 @@ func init() {
 //	threads       int        decoder threads (default 1; 0: FFmpeg chooses)
 //	max_frames    int        most frames returned (default 4096)
 //	max_pixels    int        most width*height per frame (default 50_000_000)
+//	max_output_bytes int     most bytes in the output tensor (default 2 GiB)
 //	key           str        the dict field to decode (default "video")
 //	output_key    str        where to put the tensor (default key)
 type decodeVideo struct {
@@ -46,7 +47,7 @@ type decodeVideo struct {
 
 var knownOptions = []string{
 	"indices", "fps", "num_frames", "start", "duration", "mode", "size", "short_side",
-	"interpolation", "threads", "max_frames", "max_pixels", "key", "output_key",
+	"interpolation", "threads", "max_frames", "max_pixels", "max_output_bytes", "key", "output_key",
 }
 
 func newDecodeVideo(m map[string]any) (ops.Op, error) {
@@ -113,12 +114,19 @@ func parseOptions(m map[string]any) (o Options, err error) {
 		}
 		*x.dst = int(n)
 	}
-	if v, ok := m["max_pixels"]; ok && v != nil {
+	for _, x := range []struct {
+		name string
+		dst  *int64
+	}{{"max_pixels", &o.MaxPixels}, {"max_output_bytes", &o.MaxOutputBytes}} {
+		v, ok := m[x.name]
+		if !ok || v == nil {
+			continue
+		}
 		n, ok := options.AsInt(v)
 		if !ok || n < 1 {
-			return o, fmt.Errorf("option \"max_pixels\" must be an int >= 1, not %s", value.Describe(v))
+			return o, fmt.Errorf("option %q must be an int >= 1, not %s", x.name, value.Describe(v))
 		}
-		o.MaxPixels = n
+		*x.dst = n
 	}
 	floats := []struct {
 		name string

@@ -69,6 +69,9 @@ const (
 const (
 	DefaultMaxFrames = 4096
 	DefaultMaxPixels = 50_000_000
+	// DefaultMaxOutputBytes is 2 GiB: 340 RGB frames of 1920x1080, or
+	// 4096 of 416x416.
+	DefaultMaxOutputBytes = 2 << 30
 )
 
 const (
@@ -126,6 +129,20 @@ type Options struct {
 	// a few bytes claiming a huge picture fail fast; 0 means
 	// DefaultMaxPixels.
 	MaxPixels int64
+	// MaxOutputBytes bounds the output tensor, frames x height x width x
+	// channels bytes; 0 means DefaultMaxOutputBytes. It is checked before
+	// the output is allocated: for selected frames (indices, fps,
+	// num_frames) once the first frame gives the output size; when
+	// decoding every frame, against the stream's declared frame count
+	// and again before each chunk of the output grows.
+	MaxOutputBytes int64
+}
+
+func (o *Options) maxOutputBytes() int64 {
+	if o.MaxOutputBytes == 0 {
+		return DefaultMaxOutputBytes
+	}
+	return o.MaxOutputBytes
 }
 
 func (o *Options) maxFrames() int {
@@ -209,6 +226,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("max_frames must be >= 1, not %d", o.MaxFrames)
 	case o.MaxPixels < 0:
 		return fmt.Errorf("max_pixels must be >= 1, not %d", o.MaxPixels)
+	case o.MaxOutputBytes < 0:
+		return fmt.Errorf("max_output_bytes must be >= 1, not %d", o.MaxOutputBytes)
 	}
 	for _, k := range o.Indices {
 		if k < 0 {

@@ -358,6 +358,8 @@ func TestOptionErrors(t *testing.T) {
 		{map[string]any{"threads": int64(-1)}, `"threads" must be an int >= 0`},
 		{map[string]any{"max_frames": int64(2), "num_frames": int64(3)}, "more than max_frames"},
 		{map[string]any{"max_pixels": int64(10), "size": value.List{int64(3), int64(4)}}, "more than max_pixels"},
+		{map[string]any{"max_output_bytes": int64(0)}, `"max_output_bytes" must be an int >= 1`},
+		{map[string]any{"max_output_bytes": "1GB"}, `"max_output_bytes" must be an int >= 1`},
 		{map[string]any{"num_frame": int64(3)}, `unknown option "num_frame"`},
 		{map[string]any{"key": int64(3)}, `"key" must be a string`},
 	}
