@@ -163,6 +163,7 @@ def decode_audio(
     start: float | None = None,
     duration: float | None = None,
     num_samples: int | None = None,
+    max_samples: int | None = None,
     key: str | None = None,
     output_key: str | None = None,
 ) -> NativeOp:
@@ -179,6 +180,11 @@ def decode_audio(
         duration: Seconds to decode from ``start``.
         num_samples: Crop or zero-pad to exactly this many samples, so that
             clips batch together.
+        max_samples: Refuse an output of more samples, channels times
+            samples per channel (default 400_000_000: a little over an hour
+            of 48 kHz stereo, 1.6 GB). Checked against ``num_samples`` or
+            the file's declared length before anything is allocated, and
+            while decoding; the error names the file and the limit.
 
     Example:
         >>> b.pipe(ops.decode_audio(sample_rate=16000, num_channels=1, num_samples=16000), concurrency=4)
@@ -193,6 +199,7 @@ def decode_audio(
             start=start,
             duration=duration,
             num_samples=num_samples,
+            max_samples=max_samples,
         ),
     )
 
@@ -210,6 +217,8 @@ def decode_video(
     interpolation: str | None = None,
     threads: int | None = None,
     max_frames: int | None = None,
+    max_pixels: int | None = None,
+    max_output_bytes: int | None = None,
     key: str | None = None,
     output_key: str | None = None,
 ) -> NativeOp:
@@ -228,6 +237,11 @@ def decode_video(
         threads: Decoder threads per video (default 1; pipelines decode
             several videos at once).
         max_frames: Refuse to return more frames (default 4096).
+        max_pixels: Refuse frames, as decoded or resized, of more than this
+            width * height (default 50_000_000).
+        max_output_bytes: Refuse an output tensor of more bytes, T * H * W
+            * C (default 2 GiB), before it is allocated; the error names
+            the file and the limit.
         key: The field holding the path or bytes in dict items (default "video").
 
     Example:
@@ -249,6 +263,8 @@ def decode_video(
             interpolation=interpolation,
             threads=threads,
             max_frames=max_frames,
+            max_pixels=max_pixels,
+            max_output_bytes=max_output_bytes,
         ),
     )
 
