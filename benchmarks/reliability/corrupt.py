@@ -381,11 +381,13 @@ def run(short: bool, seed: int, tmp: Path) -> common.Tally:
         cases.append({"kind": "files", "form": form, "root": str(root), "good": good_files, "bad": bad_files})
         labels.append(f"files + read_file + decode_image ({form} items)")
 
-    # a WAV declaring 1 Hz: 16000 samples are 16000 s, 256M samples at 16 kHz (1 GiB of float32)
+    # a WAV declaring 1 Hz: 48000 samples (a 96 kB file) are 48000 s, 768M
+    # samples at 16 kHz (3 GiB of float32); the watchdog stops the worker
+    # at 1.5 GiB of RSS
     bomb = d / "bomb-1hz.wav"
-    bomb.write_bytes(corpus.wav_header(1, 1, 16000) + bytes(32000))
+    bomb.write_bytes(corpus.wav_header(1, 1, 48000) + bytes(96000))
     good_wav = d / "good.wav"
-    cases.append({"kind": "wav_bomb", "files": [str(bomb), str(good_wav)], "rss_limit": 900 << 20})
+    cases.append({"kind": "wav_bomb", "files": [str(bomb), str(good_wav)], "rss_limit": 1536 << 20})
     labels.append("wav declaring 1 Hz, resampled to 16 kHz")
 
     t.figures["cases"] = len(cases)
