@@ -10,7 +10,7 @@ export CGO_ENABLED := 1
 FT_PREFIX ?= $(HOME)/.cache/spdl-go/cpython-3.13t
 PYFT := $(FT_PREFIX)/bin/python3.13t
 
-.PHONY: all deps build setup servers install demo test lint go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check cudatest-lib clean
+.PHONY: all deps build setup servers install demo test lint go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check cudatest-lib clean reliability reliability-short
 
 all: build
 
@@ -153,3 +153,15 @@ gpu-check: gpu-bundle
 
 clean:
 	rm -rf build dist .gpu python/*.egg-info $(LIB) python/spdl_go/libspdl.h
+
+## reliability: the probes of benchmarks/reliability/ (soak, build/stop cycles,
+## corrupt inputs, a fault-injecting server, cache SIGKILLs, signals and exit)
+## against the installed wheel on $(PY) and on 3.13t (GIL off), at most about
+## 15 minutes each; fails on any crash, hang, leak, unnamed error or wrong byte.
+## reliability-short: the same, about 3 minutes each (what CI runs)
+RELIABILITY = $(CURDIR)/benchmarks/reliability/run.py
+reliability reliability-short: setup install setup-ft install-ft
+	@mode=$(if $(filter reliability-short,$@),--short,--full); st=0; mkdir -p $(CURDIR)/build; \
+	(cd /tmp && $(PY) $(RELIABILITY) $$mode --json $(CURDIR)/build/$@-gil.json) || st=1; \
+	(cd /tmp && PYTHON_GIL=0 $(PYFT) $(RELIABILITY) $$mode --json $(CURDIR)/build/$@-ft.json) || st=1; \
+	exit $$st
