@@ -86,9 +86,16 @@ def _row_key(row: dict[str, Any]) -> tuple[Any, ...]:
     def val(v: Any) -> Any:
         if isinstance(v, (bytes, str, int, float)) or v is None:
             return v
-        return v.to_pyarrow()[0].as_py()  # a 1-row ArrowArray
+        try:
+            return v.to_pyarrow()[0].as_py()  # a 1-row ArrowArray
+        except UnicodeDecodeError:
+            # an Arrow string that is not UTF-8: invalid Arrow, delivered
+            return INVALID_UTF8
 
     return (val(row["id"]), val(row["payload"]), val(row["text"]))
+
+
+INVALID_UTF8 = "<invalid UTF-8 delivered as an Arrow string>"
 
 
 def _file_rows(path: str) -> set[tuple[Any, ...]]:
@@ -118,6 +125,7 @@ def w_table(case: dict[str, Any]) -> dict[str, Any]:
         "good_delivered": len({r for r in got if r in good}),
         "corrupt_delivered": sum(1 for r in got if r in orig),
         "changed": sum(1 for r in got if r not in good and r not in orig),
+        "invalid_utf8": sum(1 for r in got if INVALID_UTF8 in r),
         "duplicates": len(got) - len(set(got)),
         "failures": failures,
         "errors": errors,
@@ -442,6 +450,9 @@ def _judge_table(t: common.Tally, label: str, case: dict[str, Any], res: dict[st
             t.bad("wrong_bytes", f"{label}: {res['changed']} rows with changed values from a file with page checksums")
         else:
             t.add(f"changed_rows_undetectable_{case['fmt']}", res["changed"])
+    if res["invalid_utf8"]:
+        t.bad("failed_checks", f"{label}: {res['invalid_utf8']} rows with a string that is not UTF-8 delivered "
+              "as Arrow strings (invalid Arrow: the part should fail, named)")  # fmt: skip
     if case.get("utf8"):
         if res["failures"] != 1 or not any(case["corrupt"] in e for e in res["errors"]):
             t.bad("failed_checks", f"{label}: want one failure naming the file; got {res['failures']} failure(s): "

@@ -128,9 +128,9 @@ def run(short: bool, seed: int, tmp: Path) -> common.Tally:
         fmt = "jpeg" if i % 2 else "png"
         corpus.write_image(root / f"{i:04d}{corpus.IMAGE_EXT[fmt]}", fmt, rng, h=120, w=160)
     epochs = (
-        {"native": 300, "python": 200, "dataloader": 100}
+        {"native": 150, "python": 100, "dataloader": 50}
         if short
-        else {"native": 3000, "python": 2000, "dataloader": 1000}
+        else {"native": 2000, "python": 1000, "dataloader": 400}
     )
     cases = [{"kind": "soak", "pipeline": k, "root": str(root), "epochs": n} for k, n in epochs.items()]
     outcomes = common.run_cases(__file__, cases, lambda c: 30 + 0.5 * c["epochs"])
