@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -18,7 +19,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
-	"github.com/spdl-go/spdl-go/core/columnar"
 	"github.com/spdl-go/spdl-go/core/options"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sampler"
@@ -56,6 +56,11 @@ type TableOptions struct {
 	// Resume, if set, makes the first epoch (Resume.Epoch) skip the rows
 	// it lists.
 	Resume *StreamResume
+	// NoChecksums skips the check of Parquet page CRCs. By default a
+	// row group whose pages carry CRCs (written with page checksums) is
+	// checked before it is decoded, and one that does not match fails as
+	// one item.
+	NoChecksums bool
 }
 
 // File is what the readers need of an opened table file: *os.File, or a
@@ -129,7 +134,7 @@ func NewTableSource(o TableOptions) (*TableSource, error) {
 		}
 		counts, err := s.partRows(f, i)
 		if err != nil {
-			s.parts = append(s.parts, part{file: i, err: err})
+			s.parts = append(s.parts, part{file: i, err: noEOF(err)})
 			continue
 		}
 		for j, n := range counts {
@@ -182,13 +187,18 @@ func (s *TableSource) partRows(f tableFormat, i int) ([]int64, error) {
 		return nil, err
 	}
 	defer t.close()
-	if _, err := t.columns(s.o.Columns); err != nil {
-		return nil, err
-	}
-	if t.pqFile != nil {
-		s.meta[i] = t.pqFile.MetaData()
-	}
-	return t.partRows(), nil
+	var rows []int64
+	err = guard(t.alloc, func() (err error) {
+		if _, err := t.columns(s.o.Columns); err != nil {
+			return err
+		}
+		if t.pqFile != nil {
+			s.meta[i] = t.pqFile.MetaData()
+		}
+		rows, err = t.partRows()
+		return err
+	})
+	return rows, err
 }
 
 // Open begins the next epoch.
@@ -239,7 +249,10 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 				it.s.units.samplesSkipped.Add(1)
 				continue
 			}
-			d := rowDict(it.rec, it.names, r, it.s.o.Scalars)
+			d, err := rowDict(it.rec, it.names, r, it.s.o.Scalars)
+			if err != nil {
+				return nil, &pipeline.ItemFailure{Item: fmt.Sprintf("%s: row %d", it.recs.name, k), Err: err}
+			}
 			if it.s.o.WithIndex {
 				d.Set("__index__", SampleID(it.unit, k))
 			}
@@ -260,6 +273,9 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 			it.recs = nil
 			it.t.spans.drop(it.rg)
 			if !errors.Is(err, io.EOF) {
+				// A reader that failed may be in any state: the next
+				// part opens the file afresh (and frees what this left).
+				it.closeFile()
 				return nil, &pipeline.ItemFailure{Item: name, Err: err}
 			}
 			it.s.units.sizes.set(it.unit, it.k)
@@ -281,14 +297,17 @@ func (it *tableIter) read(ctx context.Context) (any, error) {
 			return nil, &pipeline.ItemFailure{Item: path, Err: p.err}
 		}
 		if err := it.openFile(ctx, p.file); err != nil {
-			return nil, &pipeline.ItemFailure{Item: path, Err: err}
+			return nil, &pipeline.ItemFailure{Item: path, Err: noEOF(err)}
 		}
 		it.rg = p.index
 		it.s.units.io.units.Add(1)
 		it.prefetch(ctx, p)
-		recs, err := it.t.part(ctx, p.index, it.cols, it.s.o.BatchRows)
+		recs, err := it.t.part(ctx, p.index, it.cols, it.s.o.BatchRows, !it.s.o.NoChecksums)
 		if err != nil {
-			return nil, &pipeline.ItemFailure{Item: it.t.partName(p.index), Err: err}
+			name := it.t.partName(p.index)
+			it.t.spans.drop(p.index)
+			it.closeFile()
+			return nil, &pipeline.ItemFailure{Item: name, Err: noEOF(err)}
 		}
 		it.recs = recs
 	}
@@ -429,34 +448,49 @@ func (it *tableIter) Close() error {
 	return nil
 }
 
-// rowDict makes row i of rec (the selected columns, in order) a dict.
-func rowDict(rec arrow.RecordBatch, names []string, i int, scalars bool) *value.Dict {
-	d := value.NewDict(len(names))
-	for k, name := range names {
-		d.Set(name, cell(rec.Column(k), i, scalars))
+// rowDict makes row i of rec (the selected columns, in order) a dict; a
+// cell that cannot be converted (text that is not UTF-8) fails the row.
+func rowDict(rec arrow.RecordBatch, names []string, i int, scalars bool) (d *value.Dict, err error) {
+	d = value.NewDict(len(names))
+	k := 0
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("corrupt data (the Arrow reader panicked: %v)", r)
+		}
+		if err != nil {
+			value.Release(d)
+			d, err = nil, fmt.Errorf("column %q: %w", names[k], err)
+		}
+	}()
+	for ; k < len(names); k++ {
+		v, err := cell(rec.Column(k), i, scalars)
+		if err != nil {
+			return d, err
+		}
+		d.Set(names[k], v)
 	}
-	return d
+	return d, nil
 }
 
-func cell(a arrow.Array, i int, scalars bool) any {
+func cell(a arrow.Array, i int, scalars bool) (any, error) {
 	if b, ok := a.(array.BinaryLike); ok && isBinary(a.DataType()) {
 		if a.IsNull(i) {
-			return nil
+			return nil, nil
 		}
-		return slices.Clone(b.ValueBytes()[b.ValueOffset64(i) : b.ValueOffset64(i)+int64(b.ValueLen(i))])
+		return slices.Clone(b.ValueBytes()[b.ValueOffset64(i) : b.ValueOffset64(i)+int64(b.ValueLen(i))]), nil
 	}
 	if fb, ok := a.(*array.FixedSizeBinary); ok {
 		if a.IsNull(i) {
-			return nil
+			return nil, nil
 		}
-		return slices.Clone(fb.Value(i))
+		return slices.Clone(fb.Value(i)), nil
 	}
 	if scalars {
-		if v, ok := scalar(a, i); ok {
-			return v
+		if v, ok, err := scalar(a, i); ok || err != nil {
+			return v, err
 		}
 	}
-	return array.NewSlice(a, int64(i), int64(i)+1)
+	return array.NewSlice(a, int64(i), int64(i)+1), nil
 }
 
 func isBinary(t arrow.DataType) bool {
@@ -467,38 +501,52 @@ func isBinary(t arrow.DataType) bool {
 	return false
 }
 
-// scalar converts a cell of a primitive column to a Go value.
-func scalar(a arrow.Array, i int) (any, bool) {
+// scalar converts a cell of a primitive column to a Go value; text must
+// be UTF-8 (Python decodes it into a str).
+func scalar(a arrow.Array, i int) (any, bool, error) {
 	if a.IsNull(i) {
-		return nil, true
+		return nil, true, nil
 	}
 	switch x := a.(type) {
 	case *array.Int8:
-		return int64(x.Value(i)), true
+		return int64(x.Value(i)), true, nil
 	case *array.Int16:
-		return int64(x.Value(i)), true
+		return int64(x.Value(i)), true, nil
 	case *array.Int32:
-		return int64(x.Value(i)), true
+		return int64(x.Value(i)), true, nil
 	case *array.Int64:
-		return x.Value(i), true
+		return x.Value(i), true, nil
 	case *array.Uint8:
-		return int64(x.Value(i)), true
+		return int64(x.Value(i)), true, nil
 	case *array.Uint16:
-		return int64(x.Value(i)), true
+		return int64(x.Value(i)), true, nil
 	case *array.Uint32:
-		return int64(x.Value(i)), true
+		return int64(x.Value(i)), true, nil
 	case *array.Float32:
-		return float64(x.Value(i)), true
+		return float64(x.Value(i)), true, nil
 	case *array.Float64:
-		return x.Value(i), true
+		return x.Value(i), true, nil
 	case *array.Boolean:
-		return x.Value(i), true
+		return x.Value(i), true, nil
 	case *array.String: // Value aliases the batch's memory
-		return strings.Clone(x.Value(i)), true
+		return text(x.Value(i))
 	case *array.LargeString:
-		return strings.Clone(x.Value(i)), true
+		return text(x.Value(i))
 	}
-	return nil, false
+	return nil, false, nil
+}
+
+func text(v string) (any, bool, error) {
+	if !utf8.ValidString(v) {
+		for j := 0; ; {
+			r, n := utf8.DecodeRuneInString(v[j:])
+			if r == utf8.RuneError && n == 1 {
+				return nil, false, fmt.Errorf("text is not valid UTF-8 (byte %d of %d)", j, len(v))
+			}
+			j += n
+		}
+	}
+	return strings.Clone(v), true, nil
 }
 
 // table is one open Parquet or Arrow IPC file.
@@ -506,6 +554,7 @@ type table struct {
 	path   string
 	f      File
 	spans  *spanFile // f: reads through the row groups fetched ahead
+	alloc  *tableAlloc
 	pq     *pqarrow.FileReader
 	pqFile *file.Reader
 	ipc    *ipc.FileReader
@@ -513,57 +562,75 @@ type table struct {
 }
 
 // openTable opens a file; md, if known, is its Parquet footer (which is
-// then not read again).
+// then not read again). A file whose footer or schema is corrupt is an
+// error, never a panic.
 func openTable(ctx context.Context, open func(context.Context, string) (File, error), format tableFormat, path string, md *metadata.FileMetaData) (*table, error) {
 	f, err := open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	// Reads go through spans: fetched ahead for Parquet, and counted.
-	t := &table{path: path, spans: newSpanFile(f)}
+	t := &table{path: path, spans: newSpanFile(f), alloc: newTableAlloc()}
 	t.f = t.spans
-	switch format {
-	case formatParquet:
-		opts := []file.ReadOption{file.WithReadProps(parquet.NewReaderProperties(columnar.Allocator))}
-		if md != nil {
-			opts = append(opts, file.WithMetadata(md))
+	err = guard(t.alloc, func() error {
+		switch format {
+		case formatParquet:
+			opts := []file.ReadOption{file.WithReadProps(parquet.NewReaderProperties(t.alloc))}
+			if md != nil {
+				opts = append(opts, file.WithMetadata(md))
+			}
+			pf, err := file.NewParquetReader(t.spans, opts...)
+			if err != nil {
+				return err
+			}
+			t.pqFile = pf
+			fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, t.alloc)
+			if err != nil {
+				return err
+			}
+			sc, err := fr.Schema()
+			if err != nil {
+				return fmt.Errorf("reading the schema: %w", err)
+			}
+			t.pq, t.schema = fr, sc
+		case formatArrow:
+			if err := checkArrowFooter(t.spans, t.spans); err != nil {
+				return err
+			}
+			r, err := ipc.NewFileReader(t.f, ipc.WithAllocator(t.alloc))
+			if err != nil {
+				return err
+			}
+			t.ipc = r
+			t.schema = r.Schema()
 		}
-		pf, err := file.NewParquetReader(t.spans, opts...)
-		if err != nil {
-			t.spans.Close()
-			return nil, fmt.Errorf("not a readable Parquet file: %w", err)
-		}
-		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, columnar.Allocator)
-		if err != nil {
-			pf.Close()
-			return nil, fmt.Errorf("not a readable Parquet file: %w", err)
-		}
-		sc, err := fr.Schema()
-		if err != nil {
-			pf.Close()
-			return nil, fmt.Errorf("reading the Parquet schema: %w", err)
-		}
-		t.pq, t.pqFile, t.schema = fr, pf, sc
-	case formatArrow:
-		r, err := ipc.NewFileReader(t.f, ipc.WithAllocator(columnar.Allocator))
-		if err != nil {
-			t.f.Close()
+		return nil
+	})
+	if err != nil {
+		t.close()
+		if format == formatArrow {
 			return nil, fmt.Errorf("not a readable Arrow IPC file: %w", err)
 		}
-		t.ipc, t.schema = r, r.Schema()
+		return nil, fmt.Errorf("not a readable Parquet file: %w", err)
 	}
 	return t, nil
 }
 
+// close closes the readers and the file, then frees what failed reads
+// left allocated.
 func (t *table) close() {
-	if t.ipc != nil {
-		t.ipc.Close()
-	}
-	if t.pqFile != nil {
-		t.pqFile.Close() // closes f too
-		return
-	}
-	t.f.Close()
+	_ = guard(t.alloc, func() error {
+		if t.ipc != nil {
+			t.ipc.Close()
+		}
+		if t.pqFile != nil {
+			t.pqFile.Close() // closes f too
+			return nil
+		}
+		t.f.Close()
+		return nil
+	})
+	t.alloc.freeLeft()
 }
 
 // columns maps names to the schema's field indices (all fields when
@@ -599,20 +666,30 @@ func (t *table) names(cols []int) []string {
 	return out
 }
 
-func (t *table) partRows() []int64 {
+func (t *table) partRows() ([]int64, error) {
 	if t.pq != nil {
 		md := t.pqFile.MetaData()
 		out := make([]int64, md.NumRowGroups())
 		for i := range out {
 			out[i] = md.RowGroup(i).NumRows()
 		}
-		return out
+		return out, nil
 	}
-	out := make([]int64, t.ipc.NumRecords())
+	// A footer's block list is 24 bytes a record batch: a corrupt length
+	// must not plan billions of parts.
+	n := t.ipc.NumRecords()
+	size, err := t.spans.Seek(0, io.SeekEnd)
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 || int64(n)*24 > size {
+		return nil, fmt.Errorf("not a readable Arrow IPC file: its footer lists %d record batches, more than its %d bytes can hold", n, size)
+	}
+	out := make([]int64, n)
 	for i := range out {
 		out[i] = -1 // known once read
 	}
-	return out
+	return out, nil
 }
 
 func (t *table) partName(i int) string {
@@ -622,27 +699,43 @@ func (t *table) partName(i int) string {
 	return fmt.Sprintf("%s: record batch %d", t.path, i)
 }
 
-// part returns the record batches of part i, with the selected columns.
-func (t *table) part(ctx context.Context, i int, cols []int, batchRows int64) (*recordIter, error) {
-	name := t.partName(i)
-	if t.pq != nil {
-		// Parquet column indices are leaf indices; map the top-level fields.
-		leaves, err := t.leafColumns(cols)
-		if err != nil {
-			return nil, err
+// part returns the record batches of part i, with the selected columns;
+// verify checks a Parquet row group's page CRCs first.
+func (t *table) part(ctx context.Context, i int, cols []int, batchRows int64, verify bool) (r *recordIter, err error) {
+	r = &recordIter{name: t.partName(i), alloc: t.alloc}
+	err = guard(t.alloc, func() error {
+		if t.pq != nil {
+			// Parquet column indices are leaf indices; map the top-level fields.
+			leaves, err := t.leafColumns(cols)
+			if err != nil {
+				return err
+			}
+			if verify {
+				if err := verifyRowGroup(quietReader{t.spans}, t.pqFile.MetaData(), i, leaves); err != nil {
+					return err
+				}
+			}
+			t.pq.Props.BatchSize = batchRows
+			rr, err := t.pq.GetRecordReader(ctx, leaves, []int{i})
+			if err != nil {
+				return err
+			}
+			r.rr = rr
+			r.project = t.projection(cols, rr.Schema())
+			return nil
 		}
-		t.pq.Props.BatchSize = batchRows
-		rr, err := t.pq.GetRecordReader(ctx, leaves, []int{i})
+		rec, err := t.ipc.RecordBatchAt(i)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return &recordIter{name: name, rr: rr, project: t.projection(cols, rr.Schema())}, nil
-	}
-	rec, err := t.ipc.RecordBatchAt(i)
+		r.one, r.project = rec, cols
+		return nil
+	})
 	if err != nil {
+		r.close()
 		return nil, err
 	}
-	return &recordIter{name: name, one: rec, project: cols}, nil
+	return r, nil
 }
 
 // leafColumns lists the Parquet leaf columns under the selected fields.
@@ -684,12 +777,36 @@ func (t *table) projection(cols []int, sc *arrow.Schema) []int {
 // columns in order.
 type recordIter struct {
 	name    string
+	alloc   *tableAlloc
 	rr      pqarrow.RecordReader
 	project []int             // the selected columns' positions in the batches read
 	one     arrow.RecordBatch // Arrow IPC: the part is one batch
 }
 
-func (r *recordIter) next(ctx context.Context) (arrow.RecordBatch, error) {
+// next returns the next batch, checked (validBatch); a reader's panic is
+// an error.
+func (r *recordIter) next(ctx context.Context) (out arrow.RecordBatch, err error) {
+	err = guard(r.alloc, func() error {
+		var err error
+		out, err = r.read(ctx)
+		if err != nil {
+			return noEOF(err)
+		}
+		if err := validBatch(out); err != nil {
+			out.Release()
+			out = nil
+			return err
+		}
+		return nil
+	})
+	if err != nil && out != nil {
+		out.Release() // a panic after the batch was made
+		out = nil
+	}
+	return out, err
+}
+
+func (r *recordIter) read(ctx context.Context) (arrow.RecordBatch, error) {
 	var rec arrow.RecordBatch
 	if r.rr == nil {
 		if r.one == nil {
@@ -703,7 +820,7 @@ func (r *recordIter) next(ctx context.Context) (arrow.RecordBatch, error) {
 			return nil, err
 		}
 		if !r.rr.Next() {
-			if err := r.rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+			if err := r.rr.Err(); err != nil && err != io.EOF {
 				return nil, err
 			}
 			return nil, io.EOF
@@ -719,12 +836,16 @@ func (r *recordIter) next(ctx context.Context) (arrow.RecordBatch, error) {
 }
 
 func (r *recordIter) close() {
-	if r.rr != nil {
-		r.rr.Release()
-	}
-	if r.one != nil {
-		r.one.Release()
-	}
+	_ = guard(r.alloc, func() error {
+		if r.rr != nil {
+			r.rr.Release()
+		}
+		if r.one != nil {
+			r.one.Release()
+		}
+		return nil
+	})
+	r.rr, r.one = nil, nil
 }
 
 func init() { Register("table", newTable) }
@@ -733,6 +854,7 @@ func init() { Register("table", newTable) }
 //
 //	{"urls": ["*.parquet"], "columns": ["img", "label"], "scalars": false,
 //	 "batch_rows": 4096, "shuffle_buffer": 0, "with_index": false,
+//	 "verify_checksums": true,
 //	 "sampling": {...}, "storage": {...}, "stream_resume": {...}}
 func newTable(m map[string]any) (pipeline.Source, error) {
 	r := options.New(m)
@@ -750,6 +872,11 @@ func newTable(m map[string]any) (pipeline.Source, error) {
 	if o.BatchRows, err = r.Int("batch_rows", 0); err != nil {
 		return nil, err
 	}
+	verify, err := r.Bool("verify_checksums", true)
+	if err != nil {
+		return nil, err
+	}
+	o.NoChecksums = !verify
 	if err := r.Done(); err != nil {
 		return nil, err
 	}
