@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -35,7 +36,9 @@ func check(v any, depth int) error {
 		return fmt.Errorf("wire: value nested deeper than %d levels", maxDepth)
 	}
 	switch x := v.(type) {
-	case nil, bool, int, int64, float64, float32, string, []byte, *tensor.Tensor, arrow.Array, *PyObject:
+	case string:
+		return checkText(x)
+	case nil, bool, int, int64, float64, float32, []byte, *tensor.Tensor, arrow.Array, *PyObject:
 		return nil
 	case value.List:
 		return checkSeq(x, depth)
@@ -44,10 +47,43 @@ func check(v any, depth int) error {
 	case value.Tuple:
 		return checkSeq(x, depth)
 	case *value.Dict:
-		return checkSeq(x.Values, depth)
+		for i, k := range x.Keys {
+			if err := checkText(k); err != nil {
+				return fmt.Errorf("key %q: %w", k, err)
+			}
+			if err := check(x.Values[i], depth+1); err != nil {
+				return fmt.Errorf("key %q: %w", k, err)
+			}
+		}
+		return nil
 	default:
 		return fmt.Errorf("wire: cannot hand a Go %T to Python", v)
 	}
+}
+
+// checkText admits what Python decodes as the receiver does (UTF-8 with
+// "surrogatepass": lone surrogates, which Python's own strings may hold,
+// come back as they went), so that a Go string of other bytes fails its
+// item here, naming it, instead of raising in the host's loop.
+func checkText(s string) error {
+	for i := 0; i < len(s); {
+		if s[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			// ED A0..BF 80..BF: a surrogate (U+D800..U+DFFF), which Go
+			// rejects and surrogatepass accepts.
+			if i+2 < len(s) && s[i] == 0xED && s[i+1]&0xE0 == 0xA0 && s[i+2]&0xC0 == 0x80 {
+				i += 3
+				continue
+			}
+			return fmt.Errorf("wire: text is not valid UTF-8 (byte %d of %d)", i, len(s))
+		}
+		i += n
+	}
+	return nil
 }
 
 func checkSeq(xs []any, depth int) error {

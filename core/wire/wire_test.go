@@ -221,3 +221,43 @@ func TestEncodedTakeHandsOver(t *testing.T) {
 		t.Fatalf("got %#v, %v", got, err)
 	}
 }
+
+// TestEncodeChecksText: a Go string that Python would not decode (not
+// UTF-8, surrogates aside) fails the encode, naming where it is.
+func TestEncodeChecksText(t *testing.T) {
+	d := value.NewDict(2)
+	d.Set("ok", "fine")
+	d.Set("text", value.List{"a", "b\xffc"})
+	bad := value.NewDict(1)
+	bad.Set("k\xfe", int64(1))
+	cases := []struct {
+		name string
+		in   any
+		want string // "" when it encodes
+	}{
+		{"utf-8", "héllo ✓ 🙂", ""},
+		{"surrogate (surrogatepass)", "x\xed\xa0\x80y", ""},
+		{"bad byte", "a\xffb", "wire: text is not valid UTF-8 (byte 1 of 3)"},
+		{"truncated rune", "ab\xe2\x9c", "wire: text is not valid UTF-8 (byte 2 of 4)"},
+		{"overlong", "\xc0\xaf", "wire: text is not valid UTF-8 (byte 0 of 2)"},
+		{"in a dict", d, `key "text": element 1: wire: text is not valid UTF-8 (byte 1 of 3)`},
+		{"a key", bad, `key "k\xfe": wire: text is not valid UTF-8 (byte 1 of 2)`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := wire.Encode(nil, tc.in)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := (&wire.Decoder{}).Decode(b); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
