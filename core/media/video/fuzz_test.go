@@ -26,14 +26,19 @@ func FuzzDecodeVideo(f *testing.F) {
 		data := mustRead(f, "testdata/"+name)
 		f.Add(data, uint8(i))
 		f.Add(data, uint8(i+3))
+		f.Add(data, uint8(i+128))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, sel uint8) {
 		o := fuzzOptions[int(sel)%len(fuzzOptions)]
 		o.MaxPixels, o.MaxFrames = 1<<16, 64
+		if sel >= 128 { // the output bound, cutting the chunks of "all frames" short
+			o.MaxOutputBytes = 1 << 18
+		}
 		x, err := video.Decode(context.Background(), av.Source{Data: data, Name: "fuzz"}, o)
 		if err == nil {
 			s := x.Shape()
-			if len(s) != 4 || s[0] < 1 || s[0] > 64 || s[1]*s[2] > 1<<16 || (s[3] != 1 && s[3] != 3) {
+			if len(s) != 4 || s[0] < 1 || s[0] > 64 || s[1]*s[2] > 1<<16 || (s[3] != 1 && s[3] != 3) ||
+				(o.MaxOutputBytes > 0 && int64(x.NBytes()) > o.MaxOutputBytes) {
 				t.Errorf("shape %v", s)
 			}
 			x.Release()
