@@ -262,7 +262,7 @@ def run(short: bool, seed: int, tmp: Path) -> common.Tally:
     t = common.Tally("corrupt", seed)
     rng = random.Random(seed)
     nrng = __import__("numpy").random.default_rng(seed)
-    per_kind = 4 if short else 48
+    per_kind = 4 if short else 160
     group = 8
     d = tmp / "corrupt"
     d.mkdir()
