@@ -604,7 +604,7 @@ func openTable(ctx context.Context, open func(context.Context, string) (File, er
 			t.ipc = r
 			t.schema = r.Schema()
 		}
-		return nil
+		return checkNames(t.schema.Fields(), 0)
 	})
 	if err != nil {
 		t.close()

@@ -246,6 +246,11 @@ func TestTableSourceSurvivesEveryByteFlip(t *testing.T) {
 				r := readTable(t, src)
 				var goodRows []string
 				for _, d := range r.rows {
+					for _, k := range d.Keys {
+						if !utf8.ValidString(k) {
+							t.Errorf("%s flip %d: column name %q is not UTF-8", ext, i, k)
+						}
+					}
 					for _, v := range d.Values {
 						if s, ok := v.(string); ok && !utf8.ValidString(s) {
 							t.Errorf("%s flip %d: text %q is not UTF-8", ext, i, s)

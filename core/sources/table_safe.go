@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -149,4 +150,24 @@ func noEOF(err error) error {
 		return errors.New(err.Error())
 	}
 	return err
+}
+
+// checkNames fails a schema whose field names (dict keys for Python, or
+// Arrow field names) are not UTF-8: a corrupt footer, which would
+// otherwise fail every row at the hand-over.
+func checkNames(fields []arrow.Field, depth int) error {
+	if depth > maxValidDepth {
+		return errors.New("schema nested too deep")
+	}
+	for _, f := range fields {
+		if !utf8.ValidString(f.Name) {
+			return fmt.Errorf("column name %q is not UTF-8", f.Name)
+		}
+		if n, ok := f.Type.(arrow.NestedType); ok {
+			if err := checkNames(n.Fields(), depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

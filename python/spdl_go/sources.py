@@ -484,6 +484,7 @@ def table(
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
     with_index: bool = False,
+    verify_checksums: bool = True,
 ) -> NativeSource:
     """Rows of Parquet (``.parquet``, ``.pq``) and Arrow IPC (``.arrow``,
     ``.feather``, ``.ipc``) files, read in Go, as dicts of their columns.
@@ -506,9 +507,16 @@ def table(
         timeout, retries, s3: Remote reads, as in ``ops.read_file``: files
             may be ``http(s)://`` or ``s3://`` URLs, read with range
             requests (the footer, then each column chunk).
+        verify_checksums: Check the CRC32 of each Parquet page that has one
+            (pyarrow's ``write_page_checksum=True``) before decoding its
+            row group; ``False`` skips the check.
 
     A file that is missing, unreadable or lacks a selected column fails as
     one item per epoch, naming it and the column; the other files are read.
+    A corrupt row group or record batch (a page CRC that does not match,
+    damage the reader detects) fails as one item naming the file and the
+    part, and with ``scalars=True`` a row whose text is not UTF-8 fails
+    naming its row and column; these count against ``max_failures``.
     ``with_index=True`` gives each row an ``"__index__"`` for
     ``ResumableSource``.
 
@@ -538,5 +546,6 @@ def table(
         batch_rows=batch_rows,
         storage=storage_options(timeout, retries, s3, "table"),
         with_index=bool(with_index),
+        verify_checksums=bool(verify_checksums),
     )
     return NativeSource("table", options, "stream")
