@@ -82,7 +82,8 @@ go-test:
 ## exceeded" at the deadline (golang/go#75804).
 FUZZ_TARGETS := ./core/wire:FuzzDecode:200000x ./core/media/img:FuzzDecodeImage:30000x \
 	./core/media/audio:FuzzDecodeAudio:30000x ./core/media/video:FuzzDecodeVideo:8000x \
-	./core/sampler:FuzzResume:20000x ./core/sources:FuzzTarShard:20000x
+	./core/sampler:FuzzResume:20000x ./core/sources:FuzzTarShard:20000x \
+	./core/sources:FuzzTableFile:20000x
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; n=$${rest##*:}; \
