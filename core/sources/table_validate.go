@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 )
 
 const maxValidDepth = 64
@@ -91,7 +92,23 @@ func validData(d arrow.ArrayData, depth int) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("column type %s is not read from table files (its layout cannot be checked)", dt)
+	// View and run-end layouts: arrow-go's own full validation, then the
+	// children's layouts.
+	arr := array.MakeFromData(d)
+	defer arr.Release()
+	v, ok := arr.(interface{ ValidateFull() error })
+	if !ok {
+		return fmt.Errorf("column type %s is not read from table files (its layout cannot be checked)", dt)
+	}
+	if err := v.ValidateFull(); err != nil {
+		return err
+	}
+	for _, c := range d.Children() {
+		if err := validData(c, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func noValidity(id arrow.Type) bool {
