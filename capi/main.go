@@ -235,9 +235,16 @@ func handoff(v any) (any, error) {
 func spdl_pipeline_stop(h C.uint64_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
 	// Halt, not Stop: the items already produced stay readable.
-	if err := withPipeline(h, func(p *pipeline.Pipeline) error { p.Halt(); return nil }); err != nil {
+	var abandoned error
+	if err := withPipeline(h, func(p *pipeline.Pipeline) error { abandoned = p.Halt(); return nil }); err != nil {
 		setErr(errOut, err)
 		return C.SPDL_ERROR
+	}
+	if abandoned != nil {
+		// Calls stuck past the stop grace (a Python call that does not
+		// return): stopped all the same; the message names them.
+		setErr(errOut, abandoned)
+		return C.SPDL_TIMEOUT
 	}
 	return C.SPDL_OK
 }
@@ -360,8 +367,15 @@ func spdl_pipeline_free(h C.uint64_t, waitMs C.int64_t, errOut **C.char) (rc C.i
 		go hd.p.Close()
 		return C.SPDL_OK
 	case waitMs < 0:
-		hd.p.Close() // before taking the lock: a Next in flight returns once stopped
+		// Before taking the lock: a Next in flight returns once stopped.
+		// Calls stuck past the stop grace are abandoned: the host keeps
+		// what they use (its callbacks) and is told so.
+		err := hd.p.Close()
 		hd.invalidate(h)
+		if err != nil {
+			setErr(errOut, err)
+			return C.SPDL_TIMEOUT
+		}
 		return C.SPDL_OK
 	}
 	done := hd.p.StopWithin(time.Duration(waitMs) * time.Millisecond)

@@ -232,8 +232,14 @@ func readSettings(r *options.Reader, cfg *pipeline.Config) error {
 	if cfg.MaxFailures, cfg.MaxFailureRate, _, err = maxFailures(r); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
+	// A host's calls may never return (a Python stage in time.sleep):
+	// stop waits this long for them, then abandons them.
+	cfg.StopGrace = defaultStopGrace
 	return nil
 }
+
+// defaultStopGrace is how long a stop waits for calls in flight.
+const defaultStopGrace = 2 * time.Second
 
 // maxFailures reads max_failures as SPDL takes it: None (not set), an int
 // (a count; any negative one means no limit) or a fractions.Fraction in

@@ -3,8 +3,10 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,9 +59,16 @@ type epoch struct {
 	over     atomic.Bool  // the pipeline's limit was reported (limits.go)
 
 	finished chan struct{} // closed when every goroutine has returned
-	queues   []chan any    // queues[i]: output of the source (i=0) or of stage i-1; the last is sink
-	sink     chan any
-	tokens   chan struct{} // NumThreads cap; nil if none
+	// settled is closed once finished is, or once a stop gave up waiting
+	// and abandoned the goroutines left (abandoned closed, abandonErr set).
+	settled     chan struct{}
+	settleOnce  sync.Once
+	abandoned   chan struct{}
+	abandonOnce sync.Once
+	abandonErr  *StopAbandonedError
+	queues      []chan any // queues[i]: output of the source (i=0) or of stage i-1; the last is sink
+	sink        chan any
+	tokens      chan struct{} // NumThreads cap; nil if none
 
 	counters     []*stageCounters // [0] source, [i+1] stage i
 	sinkCounters stageCounters    // failures of Config.SinkEncode
@@ -117,14 +126,16 @@ type slot struct {
 func newEpoch(p *Pipeline, parent context.Context, cancel context.CancelFunc) *epoch {
 	n := len(p.stages)
 	ep := &epoch{
-		p:        p,
-		parent:   parent,
-		cancel:   cancel,
-		halted:   make(chan struct{}),
-		finished: make(chan struct{}),
-		queues:   make([]chan any, n+1),
-		counters: make([]*stageCounters, n+1),
-		start:    time.Now(),
+		p:         p,
+		parent:    parent,
+		cancel:    cancel,
+		halted:    make(chan struct{}),
+		finished:  make(chan struct{}),
+		settled:   make(chan struct{}),
+		abandoned: make(chan struct{}),
+		queues:    make([]chan any, n+1),
+		counters:  make([]*stageCounters, n+1),
+		start:     time.Now(),
 	}
 	for i := range n {
 		ep.queues[i] = make(chan any, p.cfg.QueueSize)
@@ -132,6 +143,7 @@ func newEpoch(p *Pipeline, parent context.Context, cancel context.CancelFunc) *e
 	ep.queues[n] = make(chan any, p.cfg.BufferSize)
 	ep.sink = ep.queues[n]
 	ep.counters[0] = &stageCounters{slots: make([]slot, 1)}
+	ep.counters[0].remaining.Store(1) // the source's goroutine
 	for i, s := range p.stages {
 		// Pipe workers use slots [0, C); aggregate and disaggregate slot C.
 		c := &stageCounters{slots: make([]slot, s.Concurrency+1), workersDone: make(chan struct{})}
@@ -256,7 +268,90 @@ func (ep *epoch) launch(it Iterator) {
 		}
 		ep.cancel()
 		close(ep.finished)
+		ep.settle()
 	}()
+}
+
+func (ep *epoch) settle() { ep.settleOnce.Do(func() { close(ep.settled) }) }
+
+// wait waits for the epoch's goroutines to return, at most d (d < 0: as
+// long as it takes; once they were abandoned, only if rewait), and
+// reports whether they have.
+func (ep *epoch) wait(d time.Duration, rewait bool) bool {
+	if isDone(ep.finished) {
+		return true
+	}
+	if d < 0 {
+		<-ep.finished
+		return true
+	}
+	if !rewait && isDone(ep.abandoned) {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ep.finished:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// abandon gives up on the goroutines of a cancelled epoch that have not
+// returned d after the stop (the first call names them) and returns the
+// error that says so. They run on: each result is released when its call
+// returns, and the waiter drains the sink after the last one.
+func (ep *epoch) abandon(d time.Duration) error {
+	ep.abandonOnce.Do(func() {
+		ep.abandonErr = &StopAbandonedError{After: d, Calls: ep.inFlight()}
+		close(ep.abandoned)
+		ep.settle()
+	})
+	return ep.abandonErr
+}
+
+// inFlight names the goroutines of the epoch that have not returned: the
+// source's, and each pipe stage's workers.
+func (ep *epoch) inFlight() string {
+	var parts []string
+	if ep.counters[0].remaining.Load() > 0 {
+		parts = append(parts, "the source's next item")
+	}
+	for i := range ep.p.stages {
+		s := &ep.p.stages[i]
+		if s.Kind != KindPipe {
+			continue
+		}
+		if n := ep.counters[i+1].remaining.Load(); n == 1 {
+			parts = append(parts, fmt.Sprintf("1 call of stage %q", s.Name))
+		} else if n > 1 {
+			parts = append(parts, fmt.Sprintf("%d calls of stage %q", n, s.Name))
+		}
+	}
+	if len(parts) == 0 {
+		return "the epoch's last goroutines"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// retire waits for the last goroutine of an epoch whose stop abandoned
+// some, then releases what the epoch still holds.
+func (ep *epoch) retire() {
+	<-ep.finished
+	ep.drainSink()
+	ep.discard()
+}
+
+// afterStop is Next on a stopped epoch once its goroutines have returned
+// or were abandoned: what is left in the sink, then the end.
+func (ep *epoch) afterStop() (any, error) {
+	select {
+	case v, ok := <-ep.sink:
+		return ep.take(v, ok)
+	default:
+		return nil, ep.haltErr()
+	}
 }
 
 // halt moves the epoch out of statusRunning; the first call wins and
@@ -441,6 +536,7 @@ func isDone(done <-chan struct{}) bool {
 // when there are no stages).
 func (w *worker) runSource(it Iterator) (err error) {
 	ep := w.ep
+	defer w.c.remaining.Add(-1)
 	defer func() {
 		if w.closeOut {
 			close(w.out)

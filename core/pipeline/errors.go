@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel results of [Pipeline.Next]. Compare with errors.Is.
@@ -19,6 +20,19 @@ var (
 // errStopped is what Next returns after Stop; it is ErrNotStarted for
 // errors.Is, with a message that says why.
 var errStopped = fmt.Errorf("%w (the epoch was stopped)", ErrNotStarted)
+
+// StopAbandonedError is what Stop returns when goroutines of the epoch had
+// not returned Config.StopGrace after it was cancelled: calls stuck in
+// foreign code (a Python call that never returns). They were abandoned:
+// they run on, and what they produce is released when they return.
+type StopAbandonedError struct {
+	After time.Duration
+	Calls string // which goroutines: "2 calls of stage \"decode\"", "the source's next item"
+}
+
+func (e *StopAbandonedError) Error() string {
+	return fmt.Sprintf("pipeline: stopped, but %s had not returned %v after the stop; abandoned (they run on, and their results will be dropped)", e.Calls, e.After)
+}
 
 // ItemError is one failed item. The item is dropped; the pipeline goes on
 // unless a failure limit is exceeded (see [FailureLimitError]).

@@ -201,6 +201,14 @@ type Config struct {
 	// Stages. Its time counts in the BusyNs of the stage that runs it,
 	// not in that stage's latency percentiles.
 	SinkEncode func(item any) (any, error)
+	// StopGrace bounds how long Stop, Halt, Close and the next Start wait
+	// for the goroutines of a cancelled epoch; 0 waits as long as it takes.
+	// Native ops return soon after their ctx is cancelled, but an op stuck
+	// in foreign code (a Python call in time.sleep or a hung read) may
+	// never return: past StopGrace its calls are abandoned, as a stage's
+	// Timeout abandons a call. They run on and their results are dropped;
+	// Stop returns a *StopAbandonedError naming them.
+	StopGrace time.Duration
 }
 
 const defaultQueueSize = 2
@@ -386,9 +394,13 @@ func (p *Pipeline) Start() error {
 		}
 		old.dropSink.Store(true)
 		old.cancel()
-		<-old.finished
-		old.drainSink()
-		old.discard()
+		if old.wait(p.grace(), false) {
+			old.drainSink()
+			old.discard()
+		} else {
+			old.abandon(p.grace())
+			go old.retire() // owned by old: returns with its last goroutine
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ep := newEpoch(p, ctx, cancel)
@@ -402,10 +414,20 @@ func (p *Pipeline) Start() error {
 		ep.elapsed.Store(int64(time.Since(ep.start)))
 		close(ep.sink)
 		close(ep.finished)
+		ep.settle()
 		return err
 	}
 	ep.launch(it)
 	return nil
+}
+
+// grace is how long a stop waits for an epoch's goroutines (-1: as long as
+// it takes).
+func (p *Pipeline) grace() time.Duration {
+	if p.cfg.StopGrace <= 0 {
+		return -1
+	}
+	return p.cfg.StopGrace
 }
 
 func openSource(ctx context.Context, src Source) (it Iterator, err error) {
@@ -441,8 +463,13 @@ func (p *Pipeline) Next(ctx context.Context, timeout time.Duration) (any, error)
 		return ep.take(v, ok)
 	default:
 	}
-	if s := status(ep.status.Load()); s == statusFailed || s == statusStopped {
+	switch status(ep.status.Load()) {
+	case statusFailed:
 		return nil, ep.haltErr()
+	case statusStopped:
+		if isDone(ep.settled) {
+			return ep.afterStop()
+		}
 	}
 	if timeout == 0 {
 		return nil, ErrTimeout
@@ -460,12 +487,19 @@ func (p *Pipeline) Next(ctx context.Context, timeout time.Duration) (any, error)
 	case v, ok := <-ep.sink:
 		return ep.take(v, ok)
 	case <-ep.halted:
-		// Stopped: what Halt left in the sink comes first.
-		select {
-		case v, ok := <-ep.sink:
-			return ep.take(v, ok)
-		default:
+		if status(ep.status.Load()) != statusStopped {
 			return nil, ep.haltErr()
+		}
+		// Stopped: workers may still be handing items to the sink. Once
+		// they have returned (or were abandoned), what is in the sink comes
+		// first, then the end.
+		select {
+		case <-ep.settled:
+			return ep.afterStop()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-expired:
+			return nil, ErrTimeout
 		}
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -477,32 +511,40 @@ func (p *Pipeline) Next(ctx context.Context, timeout time.Duration) (any, error)
 // Stop cancels the epoch, waits until every goroutine of the pipeline has
 // returned, and releases the items left in queues and in the prefetch
 // buffer. It is safe before Start, twice, and concurrently with any method.
-// It returns nil: a fatal error is reported by Next, Err and Stats, and
+// With Config.StopGrace set it waits at most that long and then returns a
+// *StopAbandonedError naming the calls that had not returned; otherwise
+// it returns nil. A fatal error is reported by Next, Err and Stats, and
 // Stop after a failure or the end of data keeps that state.
 func (p *Pipeline) Stop() error {
-	p.stop(-1, true)
-	return nil
+	return p.stop(p.grace(), true, false)
 }
 
 // Close is Stop, then it releases what the pipeline keeps to report the
-// last epoch's failure (see ErrorReleaser). Use it when done with the
-// pipeline; after Close, Next, Err and Errors report nothing useful.
-func (p *Pipeline) Close() {
-	p.stop(-1, true)
+// last epoch's failure (see ErrorReleaser); for an epoch whose calls were
+// abandoned, that happens when the last of them returns. Use it when done
+// with the pipeline; after Close, Next, Err and Errors report nothing
+// useful.
+func (p *Pipeline) Close() error {
+	err := p.stop(p.grace(), true, false)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if ep := p.cur.Load(); ep != nil {
-		ep.discard()
+		if isDone(ep.finished) {
+			ep.discard()
+		} else {
+			go ep.retire() // owned by ep: returns with its last goroutine
+		}
 	}
+	return err
 }
 
 // Halt is Stop, except that the items already in the prefetch buffer stay
 // there for Next, which returns them, then the epoch's fatal error if it
 // had one, else ErrNotStarted. The next Start or Stop releases what is
 // left. SPDL's stop() is this: a consumer may still read what was
-// produced.
-func (p *Pipeline) Halt() {
-	p.stop(-1, false)
+// produced. It returns what Stop returns.
+func (p *Pipeline) Halt() error {
+	return p.stop(p.grace(), false, false)
 }
 
 // Err returns the first fatal error of the current (or last) epoch, or
@@ -526,42 +568,42 @@ func (p *Pipeline) Errors() []error {
 	return nil
 }
 
-// StopWithin is Stop with a bound on the wait: when the epoch's goroutines
-// have not all returned within d, it returns false and leaves them to
-// finish (and release what is left) on their own. d < 0 waits as long as it
-// takes. It is for shutting down at process exit, where an op stuck in
-// foreign code (a Python call blocked forever) must not hang the process.
+// StopWithin is Stop with d as the bound on the wait instead of
+// Config.StopGrace (d < 0 waits as long as it takes): when the epoch's
+// goroutines have not all returned within d, it returns false and leaves
+// them to finish (and release what is left) on their own. It is for
+// shutting down at process exit, where an op stuck in foreign code (a
+// Python call blocked forever) must not hang the process.
 func (p *Pipeline) StopWithin(d time.Duration) bool {
-	return p.stop(d, true)
+	return p.stop(d, true, true) == nil
 }
 
-func (p *Pipeline) stop(d time.Duration, drop bool) bool {
+// stop halts the current epoch and waits for its goroutines, at most d
+// (d < 0: as long as it takes); drop releases what the sink holds. Once a
+// stop abandoned the epoch's goroutines, the next ones wait only when
+// rewait says so (StopWithin's explicit bound): the grace was spent. The
+// wait is outside p.mu, so that a stop bounded by d (at process exit) is
+// not held up by another one waiting longer.
+func (p *Pipeline) stop(d time.Duration, drop, rewait bool) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	ep := p.cur.Load()
 	if ep == nil {
-		return true
+		p.mu.Unlock()
+		return nil
 	}
 	if drop {
 		ep.dropSink.Store(true)
 	}
 	ep.halt(statusStopped)
 	ep.cancel()
-	if d < 0 {
-		<-ep.finished
-	} else {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ep.finished:
-		case <-t.C:
-			return false // the waiter drains the sink once they return
-		}
+	p.mu.Unlock()
+	if !ep.wait(d, rewait) {
+		return ep.abandon(d) // the waiter drains the sink once they return
 	}
 	if drop {
 		ep.drainSink()
 	}
-	return true
+	return nil
 }
 
 // Stats returns counters of the current (or last) epoch. It is safe from

@@ -23,6 +23,9 @@ type hangOp struct {
 	unblock chan struct{}
 	hanging atomic.Int64 // calls inside a hang (not a WaitGroup: abandoned calls are unsynchronised by design)
 	once    sync.Once
+	// hangs > 0 makes only the first hangs calls that would hang do so.
+	hangs  int64
+	hangsN atomic.Int64
 }
 
 // newHangOp makes a hangOp whose stuck calls are let go when the test ends
@@ -44,6 +47,9 @@ func (o *hangOp) release() {
 func (o *hangOp) Process(ctx context.Context, in any) (any, error) {
 	it := in.(*item)
 	if it.id%o.every != 0 {
+		return in, nil
+	}
+	if o.hangs > 0 && o.hangsN.Add(1) > o.hangs {
 		return in, nil
 	}
 	if !o.stuck {

@@ -126,6 +126,12 @@ func (w *worker) one() fate {
 // the hook failed the item; fateEnd when the epoch was cancelled first (v
 // is released).
 func (w *worker) pass(v any) fate {
+	if w.out == w.ep.sink && status(w.ep.status.Load()) == statusStopped {
+		// Stopped: Next reports the end once the workers have returned or
+		// were abandoned; nothing may reach the sink after that.
+		release(v)
+		return fateEnd
+	}
 	if w.sink != nil {
 		var f fate
 		if v, f = w.encode(v); f != fatePassed {

@@ -212,3 +212,145 @@ def test_unsupported_value_for_a_native_stage_fails_its_batch_only(no_leaks):
     (err,) = p.stats().recent_errors
     assert "collate" in err and "sample 1 is <python object" in err
     p.close()
+
+
+# How each exit case leaves the loop; {wrap} opens the block it runs in.
+_STUCK_EXIT = """
+import os, signal, sys, threading, time, contextlib
+from spdl_go import PipelineBuilder
+
+where, how, wrap = sys.argv[1:4]
+
+def work(x):
+    if where == "stage" and x >= 2:
+        time.sleep(1000)  # a call that never returns
+    if where == "cpu" and x >= 2:
+        n = 0
+        while True:  # CPU-bound Python: it holds the GIL whenever it can
+            n += 1
+    return x
+
+def source():
+    i = 0
+    while True:
+        if where == "source" and i >= 3:
+            time.sleep(1000)
+        yield i
+        i += 1
+
+if how == "sigterm":
+    def on_term(*_):
+        raise SystemExit("terminated")
+    signal.signal(signal.SIGTERM, on_term)
+p = PipelineBuilder().add_source(source()).pipe(work, concurrency=2).add_sink(2).build(num_threads=2)
+block = p.auto_stop() if wrap == "auto_stop" else contextlib.nullcontext()
+try:
+    with block:
+        for i, x in enumerate(p):
+            if i == 1:
+                print("ready", flush=True)
+                if how == "raise":
+                    raise ValueError("boom")
+                if how == "exit":
+                    sys.exit(3)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    raise
+"""
+
+
+@pytest.mark.parametrize(
+    ("where", "how", "wrap"),
+    [
+        ("stage", "raise", "auto_stop"),
+        ("stage", "exit", "plain"),
+        ("stage", "sigint", "auto_stop"),
+        ("cpu", "sigint", "auto_stop"),
+        ("cpu", "raise", "plain"),
+        ("source", "sigterm", "auto_stop"),
+        ("stage", "sigterm", "plain"),
+    ],
+)
+def test_process_exits_promptly_with_a_stuck_python_call(where, how, wrap):
+    # The loop is left while a Python call (a stage's, or the source's
+    # next()) never returns: stop() abandons it after its grace, exit does
+    # not wait for it again, and the process ends within a few seconds.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STUCK_EXIT, where, how, wrap],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.3)  # the stuck calls have begun
+        t0 = time.monotonic()
+        if how in ("sigint", "sigterm"):
+            proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        proc.kill()
+    want_rc = {"raise": 1, "exit": 3, "sigint": 130 if sys.version_info >= (3, 12) else 1, "sigterm": 1}[how]
+    assert proc.returncode in (want_rc, 1, -signal.SIGINT), err
+    if how == "sigint":
+        assert "interrupted" in out, err
+    # 2 s of grace for the stuck calls, then exit; generous for loaded CI.
+    assert took < 10, f"exit took {took:.1f} s\n{err}"
+    if wrap == "auto_stop":
+        stuck = "the source's next item" if where == "source" else 'calls of stage "work"'
+        assert stuck in err and "abandoned" in err, err
+
+
+def test_stop_abandons_a_stuck_call_and_names_it(caplog):
+    release = threading.Event()
+
+    def f(x):
+        if x == 1:
+            release.wait(60)
+        return x
+
+    p = PipelineBuilder().add_source(range(5)).pipe(f, concurrency=2).add_sink(1).build()
+    try:
+        p.start()
+        assert p.get_item(timeout=10) in (0, 2)
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        with caplog.at_level("WARNING", logger="spdl_go"):
+            p.stop()
+        assert time.monotonic() - t0 < 10
+        assert any('1 call of stage "f"' in r.getMessage() and "abandoned" in r.getMessage() for r in caplog.records)
+        t0 = time.monotonic()
+        p.stop()  # the grace was spent: no second wait
+        assert time.monotonic() - t0 < 1
+    finally:
+        release.set()
+        p.close()
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_stop_from_another_thread_ends_the_loop(continuous):
+    # SPDL: stop() from another thread ends the iteration; get_item then
+    # raises EOFError (and with continuous=True starts no next epoch).
+    def work(x):
+        time.sleep(0.002)
+        return x
+
+    for _ in range(10):
+        p = (
+            PipelineBuilder()
+            .add_source(range(10**6), continuous=continuous)
+            .pipe(work, concurrency=4)
+            .add_sink(4)
+            .build(num_threads=4)
+        )
+        try:
+            timer = threading.Timer(0.1, p.stop)
+            timer.start()
+            n = sum(1 for _ in p)
+            assert 0 < n < 10**6
+            timer.join()
+            with pytest.raises(EOFError):
+                p.get_item(timeout=5)
+        finally:
+            p.close()

@@ -108,7 +108,8 @@ def _close_all() -> None:
     # callbacks would touch.
     for p in list(_live):
         with contextlib.suppress(Exception):
-            p._close(wait_ms=_EXIT_WAIT_MS)
+            # A stop that abandoned stuck calls already waited its grace.
+            p._close(wait_ms=1 if p._abandoned else _EXIT_WAIT_MS)
 
 
 class Pipeline:
@@ -149,6 +150,9 @@ class Pipeline:
         # The running epoch ended and a read saw its end (continuous: the
         # next read starts the next epoch).
         self._epoch_done = False
+        # stop() was called: the epoch's end starts no next one (continuous).
+        self._stopped = False
+        self._abandoned = False  # a stop gave up on calls that did not return
         self._auto_lock = threading.Lock()  # one reader starts the next epoch
         self._function_ids = functions
         self._handle = 0
@@ -205,7 +209,7 @@ class Pipeline:
                 src.iterator = iter(src.iterable)
             self._started, self._running = True, True
             self._failure, self._failure_seen = None, False
-            self._epoch_done = False
+            self._epoch_done, self._stopped = False, False
             if self._hooks is not None:
                 try:
                     self._hooks.begin()
@@ -231,12 +235,19 @@ class Pipeline:
 
     def stop(self, *, timeout: float | None = None) -> None:
         """Stops the running epoch and waits for its threads. Safe to call
-        more than once, and before ``start``. Items already produced stay
-        for ``get_item``, which returns them and then raises ``EOFError``.
+        more than once, before ``start``, and from any thread (an iteration
+        on another thread then ends). Items already produced stay for
+        ``get_item``, which returns them and then raises ``EOFError``.
+
+        A call that has not returned 2 s after the stop (a Python stage
+        inside ``time.sleep(1000)`` or a hung network call) is abandoned,
+        as a stage ``timeout`` abandons one: it runs on in its thread, its
+        result is dropped, and a warning names its stage. So leaving a loop
+        by an exception, ``sys.exit`` or Ctrl-C never hangs in ``stop``.
 
         Args:
-            timeout: Seconds to wait for the threads; None waits as long as
-                it takes.
+            timeout: Seconds to wait for the threads; None waits until they
+                have returned or were abandoned.
 
         Raises:
             PipelineFailure: the epoch failed and no ``get_item`` raised it
@@ -246,9 +257,9 @@ class Pipeline:
         if not self._handle:
             return
         h = self._h()
-        self._epoch_done = False  # stopped: reads end, they start nothing
+        self._epoch_done, self._stopped = False, True  # stopped: reads end, they start nothing
         try:
-            _bounded(lambda: _lib.call(_lib.LIB.spdl_pipeline_stop, h), timeout, "stop")
+            _bounded(lambda: self._stop_engine(h), timeout, "stop")
         finally:
             self._running = False
         failure = self._take_failure()
@@ -256,6 +267,19 @@ class Pipeline:
         if failure is not None and not self._failure_seen:
             self._failure_seen = True
             raise failure
+
+    def _stop_engine(self, h: int) -> None:
+        """Halts the engine's epoch; calls stuck past the stop grace are
+        abandoned, with a warning that names them."""
+        err = ctypes.c_void_p()
+        rc = _lib.LIB.spdl_pipeline_stop(h, ctypes.byref(err))
+        if rc == _lib.SPDL_OK:
+            return
+        message = _lib.take_string(err.value)
+        if rc != _lib.SPDL_TIMEOUT:
+            raise RuntimeError(message)
+        self._abandoned = True
+        _logger.warning("spdl_go: %s", message)
 
     def _take_failure(self) -> PipelineFailure | None:
         """The epoch's PipelineFailure (built once per epoch), or None."""
@@ -315,7 +339,7 @@ class Pipeline:
             self._running = False
             if rc == _lib.SPDL_END:
                 self._end_hooks()
-                if self._continuous and self._started:
+                if self._continuous and self._started and not self._stopped:
                     self._epoch_done = True
                 raise EOFError("the epoch has ended")
             message = _lib.take_string(err.value)
@@ -420,8 +444,9 @@ class Pipeline:
             del p
 
     def close(self) -> None:
-        """Stops the pipeline, waits for its threads, and frees it; the
-        object is unusable afterwards."""
+        """Stops the pipeline, waits for its threads (abandoning calls that
+        do not return, as ``stop`` does), and frees it; the object is
+        unusable afterwards."""
         self._close(wait_ms=-1)
 
     def _close(self, *, wait_ms: int) -> None:
@@ -431,11 +456,14 @@ class Pipeline:
             _live.discard(self)
             err = ctypes.c_void_p()
             rc = _lib.LIB.spdl_pipeline_free(h, wait_ms, ctypes.byref(err))
-            if err.value:
-                _lib.LIB.spdl_free(err.value)
+            message = _lib.take_string(err.value)
             if rc == _lib.SPDL_TIMEOUT:
-                # Interpreter exit: leave the stuck call to the OS.
-                os.write(2, b"spdl_go: at exit, a pipeline stage call had not returned after 2 s; leaving it\n")
+                # A call stuck in Python was abandoned: its callbacks stay
+                # registered for when it returns.
+                if wait_ms > 0:  # interpreter exit: logging may be gone
+                    os.write(2, b"spdl_go: at exit, a pipeline stage call had not returned after 2 s; leaving it\n")
+                elif wait_ms < 0:
+                    _logger.warning("spdl_go: close(): %s", message)
             else:
                 self._unregister()
         self._running = False
