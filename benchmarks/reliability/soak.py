@@ -7,7 +7,7 @@ and collated, epoch after epoch, by three pipelines: a native one
 loading stage, and ``DataLoader``. After each epoch the worker samples
 RSS, OS threads, open fds and the engine's live memory
 (``memory_stats()``, ``arrow_allocated_bytes()``). Each pipeline runs up
-to its number of epochs, or for max_s seconds (15 short, 120 full) but
+to its number of epochs, or for max_s seconds (15 short, 100 full) but
 never fewer than MIN_EPOCHS (40), so a slow machine stays in time.
 
 Bounds, after the first half of the epochs (warm-up: pools, Go threads and
@@ -139,7 +139,7 @@ def run(short: bool, seed: int, tmp: Path) -> common.Tally:
         if short
         else {"native": 2000, "python": 1000, "dataloader": 400}
     )
-    max_s = 15 if short else 120  # per pipeline
+    max_s = 15 if short else 100  # per pipeline
     cases = [{"kind": "soak", "pipeline": k, "root": str(root), "epochs": n, "max_s": max_s} for k, n in epochs.items()]
     outcomes = common.run_cases(__file__, cases, lambda c: 60 + 2 * c["max_s"])
     for case, o in zip(cases, outcomes, strict=True):
