@@ -12,8 +12,8 @@ Each worker first runs one cycle of every shape (warm-up: Go threads, pools
 and imports reach their working size) and records its baseline: Python
 threads, OS threads, open fds. After its cycles, with the pipelines gone
 and a few seconds to settle, the engine holds no tensor and no Arrow
-buffer, Python threads are back to the baseline, and OS threads and fds
-are no more than it.
+buffer, Python threads and fds are back to the baseline, and OS threads
+at most 2 over it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ import corpus
 SHAPES = ("python", "native", "files", "dataloader")
 EXITS = ("stop", "auto_stop", "drop_gc", "close", "continuous_twice", "exhaust")
 N = 40  # items per source
+# Go keeps an OS thread it started for a new peak of blocked cgo calls (see
+# soak.py); Python threads, fds and engine memory are held to the baseline.
+THREAD_SLACK = 2
 
 
 def _build(shape: str, root: str, continuous: bool, rng: random.Random) -> Any:
@@ -143,7 +146,7 @@ def w_cycles(case: dict[str, Any]) -> dict[str, Any]:
             m["live_tensors"] == 0
             and m["arrow_bytes"] == 0
             and threading.active_count() <= baseline["py_threads"]
-            and s["threads"] <= baseline["threads"]
+            and s["threads"] <= baseline["threads"] + THREAD_SLACK
             and s["fds"] <= baseline["fds"]
         )
 
