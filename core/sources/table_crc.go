@@ -72,7 +72,7 @@ func verifyChunk(f io.ReaderAt, start, size int64) error {
 		} else {
 			sum := crc32.NewIEEE()
 			if _, err := io.CopyBuffer(sum, io.NewSectionReader(f, data, int64(h.compressed)), buf); err != nil {
-				return fmt.Errorf("page %d at offset %d: %w", page, off, err)
+				return nil // unreadable here: the reader reads it, retrying, and reports
 			}
 			if got := sum.Sum32(); got != uint32(h.crc) {
 				return fmt.Errorf("page %d at offset %d: CRC32 mismatch (stored %#08x, computed %#08x)", page, off, uint32(h.crc), got)
@@ -299,15 +299,19 @@ func skipN(r *countReader, n uint64, depth int, et byte) error {
 
 // quietReader reads through the spans without counting the reads in the
 // source's stats (the reader counts the same bytes when it decodes them),
-// except those that go to the file.
+// except those that go to the file: a row group too large to fetch ahead
+// is walked from the file (one small read per column chunk without CRCs).
+// Where the fetch failed the walk stops rather than add requests to the
+// reader's retry, which then reports the failure.
 type quietReader struct{ f *spanFile }
 
 func (q quietReader) ReadAt(p []byte, off int64) (int, error) {
 	if s := q.f.find(off, len(p)); s != nil {
 		<-s.done
-		if s.err == nil {
-			return copy(p, s.b[off-s.off:]), nil
+		if s.err != nil {
+			return 0, s.err
 		}
+		return copy(p, s.b[off-s.off:]), nil
 	}
 	if q.f.stats != nil {
 		q.f.stats.bytes.Add(int64(len(p)))
