@@ -584,6 +584,9 @@ func openTable(ctx context.Context, open func(context.Context, string) (File, er
 				return err
 			}
 			t.pqFile = pf
+			if err := checkArrowSchemaMeta(pf.MetaData().KeyValueMetadata()); err != nil {
+				return err
+			}
 			fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, t.alloc)
 			if err != nil {
 				return err

@@ -1,10 +1,13 @@
 package sources
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 )
 
 // An Arrow IPC file's footer is a flatbuffer that arrow-go reads without
@@ -28,6 +31,7 @@ type fbField struct {
 	kind fbKind
 	size int
 	sub  *fbLayout
+	pick func(typ byte) *fbLayout // fbUnion: the layout for its type
 }
 
 type fbLayout struct{ fields []fbField }
@@ -47,7 +51,7 @@ var (
 )
 
 func init() {
-	fbFieldL.fields = []fbField{{kind: fbString}, {kind: fbScalar, size: 1}, {kind: fbScalar, size: 1}, {kind: fbUnion},
+	fbFieldL.fields = []fbField{{kind: fbString}, {kind: fbScalar, size: 1}, {kind: fbScalar, size: 1}, {kind: fbUnion, pick: unionLayout},
 		{kind: fbTable, sub: fbDictEnc}, {kind: fbTableVec, sub: fbFieldL}, {kind: fbTableVec, sub: fbKeyValue}}
 }
 
@@ -60,6 +64,15 @@ func unionLayout(typ byte) *fbLayout {
 	}
 	return fbScalars
 }
+
+// fbMessage is an IPC message whose header must be a Schema (type 1).
+var fbMessage = &fbLayout{[]fbField{{kind: fbScalar, size: 2}, {kind: fbScalar, size: 1},
+	{kind: fbUnion, pick: func(typ byte) *fbLayout {
+		if typ == 1 {
+			return fbSchema
+		}
+		return nil
+	}}, {kind: fbScalar, size: 8}, {kind: fbTableVec, sub: fbKeyValue}}}
 
 var errFlatbuffer = errors.New("corrupt footer")
 
@@ -148,7 +161,11 @@ func (c *fbChecker) table(t int, l *fbLayout, depth int) error {
 		case fbTable:
 			err = c.table(q, f.sub, depth+1)
 		case fbUnion:
-			err = c.table(q, unionLayout(small[max(i-1, 0)]), depth+1)
+			sub := f.pick(small[max(i-1, 0)])
+			if sub == nil {
+				return fmt.Errorf("%w: union type %d", errFlatbuffer, small[max(i-1, 0)])
+			}
+			err = c.table(q, sub, depth+1)
 		case fbScalarVec:
 			_, err = c.vector(q, f.size)
 		case fbTableVec:
@@ -201,4 +218,45 @@ func checkArrowFooter(f io.ReadSeeker, r io.ReaderAt) error {
 		err = c.table(root, fbFooter, 0)
 	}
 	return err
+}
+
+// checkArrowSchemaMeta checks the Arrow schema a Parquet writer may keep in
+// the footer's "ARROW:schema" (base64 of an IPC schema message), which
+// pqarrow reads as unchecked as an Arrow IPC footer.
+func checkArrowSchemaMeta(kv metadata.KeyValueMetadata) error {
+	v := kv.FindValue("ARROW:schema")
+	if v == nil {
+		return nil
+	}
+	// As pqarrow decodes it: padded base64, else unpadded.
+	var b []byte
+	var err error
+	if len(*v)%4 == 0 {
+		b, err = base64.StdEncoding.DecodeString(*v)
+	}
+	if len(b) == 0 || err != nil {
+		if b, err = base64.RawStdEncoding.DecodeString(*v); err != nil {
+			return nil // pqarrow reports it
+		}
+	}
+	// [0xFFFFFFFF] int32 length, then the Message flatbuffer.
+	if len(b) >= 4 && binary.LittleEndian.Uint32(b) == 0xFFFFFFFF {
+		b = b[4:]
+	}
+	if len(b) < 4 {
+		return nil
+	}
+	n := int(int32(binary.LittleEndian.Uint32(b)))
+	if n < 0 || n > len(b)-4 {
+		return nil // a short read for pqarrow, an error
+	}
+	c := &fbChecker{b: b[4 : 4+n]}
+	root, err := c.offset(0)
+	if err == nil {
+		err = c.table(root, fbMessage, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("its ARROW:schema metadata: %w", err)
+	}
+	return nil
 }
