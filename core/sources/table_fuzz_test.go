@@ -3,6 +3,8 @@ package sources_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +17,9 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
+	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/sources"
+	"github.com/spdl-go/spdl-go/core/value"
 )
 
 // writeTableTB writes records(first, sizes...) as Parquet or Arrow IPC,
@@ -109,7 +113,10 @@ func FuzzTableFile(f *testing.F) {
 			t.Fatal(err)
 		}
 		for range 2 {
-			r := readTable(t, src)
+			var r tableRows
+			// A few bytes can be many rows (a long batch of no columns, runs
+			// of nulls), as in valid files: read a bounded number.
+			capped := drainAtMost(t, src, 20000, &r)
 			var goodRows []string
 			for _, d := range r.rows {
 				if img, _ := d.Get("img"); img != nil {
@@ -119,7 +126,7 @@ func FuzzTableFile(f *testing.F) {
 				}
 			}
 			r.release()
-			if !slices.Equal(goodRows[max(len(goodRows)-3, 0):], want(100, 3)) {
+			if !capped && !slices.Equal(goodRows[max(len(goodRows)-3, 0):], want(100, 3)) {
 				t.Errorf("good rows %v", goodRows)
 			}
 			for _, f := range r.failures {
@@ -132,4 +139,31 @@ func FuzzTableFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// drainAtMost reads an epoch of src into r, up to n items; it reports
+// whether it stopped there.
+func drainAtMost(t *testing.T, src pipeline.Source, n int, r *tableRows) bool {
+	t.Helper()
+	it, err := src.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	for range n {
+		v, err := it.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			return false
+		}
+		var f *pipeline.ItemFailure
+		if errors.As(err, &f) {
+			r.failures = append(r.failures, f.Error())
+			continue
+		}
+		if err != nil {
+			t.Fatalf("fatal error from the source: %v", err)
+		}
+		r.rows = append(r.rows, v.(*value.Dict))
+	}
+	return true
 }
