@@ -39,7 +39,21 @@ func newTableAlloc() *tableAlloc {
 
 func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
+// maxAlloc bounds one allocation for a file's reader: a corrupt length (a
+// compressed buffer's stated size, say) asks for terabytes, and a C
+// allocation that fails is fatal to the process, not a panic. Past the
+// machine's memory it is a panic, which guard turns into the part's error.
+var maxAlloc = func() int {
+	if m := physicalMemory(); m > 0 && m < 1<<62 {
+		return int(m)
+	}
+	return 1 << 40
+}()
+
 func (a *tableAlloc) Allocate(size int) []byte {
+	if size > maxAlloc {
+		panic(fmt.Sprintf("an allocation of %d bytes, more than this machine's memory", size))
+	}
 	b := columnar.Allocator.Allocate(size)
 	a.mu.Lock()
 	a.live[addr(b)] = liveAlloc{b, a.gen}
@@ -53,6 +67,9 @@ func (a *tableAlloc) Reallocate(size int, b []byte) []byte {
 	a.mu.Unlock()
 	if !ok { // freed by freeLeft already: a stale buffer, start afresh
 		return a.Allocate(size)
+	}
+	if size > maxAlloc {
+		panic(fmt.Sprintf("an allocation of %d bytes, more than this machine's memory", size))
 	}
 	nb := columnar.Allocator.Reallocate(size, b)
 	a.mu.Lock()
