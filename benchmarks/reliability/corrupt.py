@@ -222,7 +222,8 @@ def w_wav_bomb(case: dict[str, Any]) -> dict[str, Any]:
     failures, errors = common.pipeline_errors(p)
     p.close()
     done.set()
-    return {"delivered": got, "failures": failures, "errors": errors, "exception": exc, "peak_rss": peak[0]}
+    return {"delivered": got, "failures": failures, "errors": errors, "exception": exc,
+            "peak_rss": max(peak[0], common.proc_status()["hwm"])}  # fmt: skip
 
 
 # ---- the probe side --------------------------------------------------------------
