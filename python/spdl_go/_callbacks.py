@@ -372,6 +372,11 @@ def _on_call(fn_id: int, in_ptr: int, in_len: int, out: int) -> int:
     # Never let an exception escape: ctypes would print it and return 0.
     arg = _NO_ITEM
     try:
+        if in_len:
+            # Decoded first: the argument owns what it references (tensors
+            # handed over by the engine), released when it is collected,
+            # even when the stage is gone (a pipeline dropped mid-epoch).
+            arg = _codec.decode(ctypes.string_at(in_ptr, in_len))
         stage = stages[fn_id]
         if in_len == 0 and stage.flush is not None:
             res = stage.flush()  # the aggregator's input ended
@@ -380,7 +385,6 @@ def _on_call(fn_id: int, in_ptr: int, in_len: int, out: int) -> int:
             data = stage.encode(res)
             _lib.LIB.spdl_buf_set(out, data, len(data))
             return 0
-        arg = _codec.decode(ctypes.string_at(in_ptr, in_len))
         res = stage.call(arg)
         if res is None or res is _DROPPED:
             return _CALL_SKIP

@@ -1,5 +1,6 @@
 """Process-level behaviour: fork, Ctrl-C, interpreter exit, error reports."""
 
+import gc
 import os
 import signal
 import subprocess
@@ -354,3 +355,36 @@ def test_stop_from_another_thread_ends_the_loop(continuous):
                 p.get_item(timeout=5)
         finally:
             p.close()
+
+
+def test_dropping_a_pipeline_mid_epoch_releases_its_tensors():
+    # No stop() or close(): the pipeline is collected while a Python stage
+    # has tensors in flight. Its callbacks are gone by the time some calls
+    # arrive; their arguments must still be released.
+    import numpy as np
+
+    import spdl_go
+    from spdl_go import ops
+
+    gc.collect()
+    before = spdl_go.memory_stats()["live_tensors"]
+    for _ in range(25):
+        p = (
+            PipelineBuilder()
+            .add_source(list(range(40)))
+            .pipe(lambda x: [x, x], concurrency=2, output_order="input")
+            .pipe(ops.to_tensor("int64"), concurrency=2, output_order="input")
+            .pipe(lambda t: int(np.from_dlpack(t)[0]))
+            .add_sink(2)
+            .build(num_threads=2)
+        )
+        for n, _ in enumerate(p):
+            if n >= 15:
+                break
+        del p
+        gc.collect()
+    deadline = time.monotonic() + 10
+    while spdl_go.memory_stats()["live_tensors"] > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+        gc.collect()
+    assert spdl_go.memory_stats()["live_tensors"] <= before
