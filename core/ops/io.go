@@ -88,6 +88,7 @@ func (op readFile) Process(ctx context.Context, in any) (any, error) {
 			}
 			if op.cache != nil {
 				if b, ok := op.cache.Get(x); ok {
+					value.SetOrigin(b, x)
 					return b, nil
 				}
 			}
@@ -99,6 +100,9 @@ func (op readFile) Process(ctx context.Context, in any) (any, error) {
 			if op.cache != nil {
 				op.cache.Put(x, b)
 			}
+			// A decoder's error names the file even where the bytes
+			// replace the path in the item.
+			value.SetOrigin(b, x)
 			return b, nil
 		default:
 			value.Release(v)

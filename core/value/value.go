@@ -144,7 +144,14 @@ func describe(b *strings.Builder, v any, depth int) {
 		}
 		fmt.Fprintf(b, "%q", x)
 	case []byte:
-		fmt.Fprintf(b, "<%d bytes>", len(x))
+		if name, ok := Origin(x); ok {
+			if len(name) > 120 {
+				name = "…" + name[len(name)-120:]
+			}
+			fmt.Fprintf(b, "<%d bytes of %q>", len(x), name)
+		} else {
+			fmt.Fprintf(b, "<%d bytes>", len(x))
+		}
 	case List:
 		seq("[", "]", x)
 	case []any:

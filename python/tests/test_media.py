@@ -218,3 +218,29 @@ def test_corrupt_image_fails_only_its_item(jpegs, media):
     from PIL import Image
 
     np.testing.assert_array_equal(np.from_dlpack(png), np.asarray(Image.open(media / "solid.png").convert("RGB")))
+
+
+def test_decode_error_names_the_file_read_in_the_path_s_place(tmp_path):
+    # sources.files yields (path, index); read_file() puts the bytes where
+    # the path was, so only the bytes reach decode_image: its failure must
+    # still name the file they were read from.
+    from PIL import Image
+
+    from spdl_go import sources
+
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "good.png")
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
+    p = (
+        PipelineBuilder()
+        .add_source(sources.files(str(tmp_path / "*.png"), with_index=True))
+        .pipe(ops.read_file())
+        .pipe(ops.decode_image())
+        .add_sink(2)
+        .build(max_failures=-1)
+    )
+    try:
+        assert len(list(p)) == 1
+        errors = p.stats().recent_errors
+        assert len(errors) == 1 and str(tmp_path / "bad.png") in errors[0], errors
+    finally:
+        p.close()
