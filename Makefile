@@ -10,7 +10,7 @@ export CGO_ENABLED := 1
 FT_PREFIX ?= $(HOME)/.cache/spdl-go/cpython-3.13t
 PYFT := $(FT_PREFIX)/bin/python3.13t
 
-.PHONY: all deps build setup servers install demo test lint go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check cudatest-lib clean reliability reliability-short
+.PHONY: all deps build setup servers install demo test lint go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check cudatest-lib clean reliability reliability-short fuzz-long
 
 all: build
 
@@ -89,6 +89,24 @@ fuzz:
 	  pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; n=$${rest##*:}; \
 	  echo "fuzz $$name ($$pkg) for $$n"; \
 	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $$n -fuzzminimizetime 50x $$pkg || exit 1; \
+	done
+
+## fuzz-long: each fuzz target for FUZZ_LONG (default 5m) on a developer
+## machine: before a decoder or parser change lands (not in CI). A run that
+## only ends in "context deadline exceeded" at its deadline passes
+## (golang/go#75804); any failing input fails it and is kept in testdata.
+FUZZ_LONG ?= 5m
+fuzz-long:
+	@for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; \
+	  echo "fuzz $$name ($$pkg) for $(FUZZ_LONG)"; \
+	  out=$$($(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZ_LONG) $$pkg 2>&1); rc=$$?; \
+	  echo "$$out" | grep -E "^fuzz: elapsed" | tail -1; echo "$$out" | tail -2; \
+	  if [ $$rc -ne 0 ]; then \
+	    if echo "$$out" | grep -q "Failing input written" || ! echo "$$out" | grep -q "context deadline exceeded"; then \
+	      echo "$$out" | tail -30; exit 1; \
+	    fi; \
+	  fi; \
 	done
 
 ## test-ft: the Python test suite on free-threaded CPython 3.13t, GIL off
