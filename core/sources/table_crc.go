@@ -241,11 +241,14 @@ func skipThrift(r *countReader, typ byte, depth int) error {
 		if err != nil {
 			return err
 		}
-		for range min(n, 1<<30) {
-			if err := skipThrift(r, b>>4, depth+1); err != nil {
+		if n > 1<<30 {
+			return errStopWalk
+		}
+		for range n {
+			if err := skipElem(r, b>>4, depth); err != nil {
 				return err
 			}
-			if err := skipThrift(r, b&0x0f, depth+1); err != nil {
+			if err := skipElem(r, b&0x0f, depth); err != nil {
 				return err
 			}
 		}
@@ -278,23 +281,28 @@ func skipThrift(r *countReader, typ byte, depth int) error {
 	return errStopWalk
 }
 
-// skipN skips n list elements of type et (booleans in a list are bytes).
+// skipN skips n list elements of type et.
 func skipN(r *countReader, n uint64, depth int, et byte) error {
 	if n > 1<<30 {
 		return errStopWalk
 	}
 	for range n {
-		var err error
-		if et == ctTrue || et == ctFalse {
-			_, err = r.ReadByte()
-		} else {
-			err = skipThrift(r, et, depth+1)
-		}
-		if err != nil {
+		if err := skipElem(r, et, depth); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// skipElem skips one list, set or map element: booleans there are a byte
+// each, so every element takes at least one byte and a crafted count
+// costs no more work than the bytes it covers.
+func skipElem(r *countReader, et byte, depth int) error {
+	if et == ctTrue || et == ctFalse {
+		_, err := r.ReadByte()
+		return err
+	}
+	return skipThrift(r, et, depth+1)
 }
 
 // quietReader reads through the spans without counting the reads in the
