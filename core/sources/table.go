@@ -490,7 +490,45 @@ func cell(a arrow.Array, i int, scalars bool) (any, error) {
 			return v, err
 		}
 	}
+	if err := validText(a, i); err != nil {
+		// A consumer decoding it (pyarrow's to_pylist) would fail far
+		// from the file.
+		return nil, err
+	}
 	return array.NewSlice(a, int64(i), int64(i)+1), nil
+}
+
+// validText checks that cell i of a text column is UTF-8.
+func validText(a arrow.Array, i int) error {
+	var v string
+	switch x := a.(type) {
+	case *array.String:
+		v = x.Value(i)
+	case *array.LargeString:
+		v = x.Value(i)
+	case *array.StringView:
+		v = x.Value(i)
+	default:
+		return nil
+	}
+	if a.IsNull(i) {
+		return nil
+	}
+	return utf8Err(v)
+}
+
+// utf8Err says where v stops being UTF-8, or returns nil.
+func utf8Err(v string) error {
+	if utf8.ValidString(v) {
+		return nil
+	}
+	for j := 0; ; {
+		r, n := utf8.DecodeRuneInString(v[j:])
+		if r == utf8.RuneError && n == 1 {
+			return fmt.Errorf("text is not valid UTF-8 (byte %d of %d)", j, len(v))
+		}
+		j += n
+	}
 }
 
 func isBinary(t arrow.DataType) bool {
@@ -537,14 +575,8 @@ func scalar(a arrow.Array, i int) (any, bool, error) {
 }
 
 func text(v string) (any, bool, error) {
-	if !utf8.ValidString(v) {
-		for j := 0; ; {
-			r, n := utf8.DecodeRuneInString(v[j:])
-			if r == utf8.RuneError && n == 1 {
-				return nil, false, fmt.Errorf("text is not valid UTF-8 (byte %d of %d)", j, len(v))
-			}
-			j += n
-		}
+	if err := utf8Err(v); err != nil {
+		return nil, false, err
 	}
 	return strings.Clone(v), true, nil
 }

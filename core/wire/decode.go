@@ -112,7 +112,14 @@ func (r *reader) value(depth int) (any, error) {
 		return math.Float64frombits(n), err
 	case tagStr:
 		b, err := r.bytes()
-		return string(b), err
+		if err != nil {
+			return nil, err
+		}
+		// What Encode would refuse (it cannot come from Python's encoder).
+		if err := checkText(string(b)); err != nil {
+			return nil, err
+		}
+		return string(b), nil
 	case tagBytes:
 		b, err := r.bytes()
 		if err != nil {
@@ -147,6 +154,9 @@ func (r *reader) value(depth int) (any, error) {
 		d := value.NewDict(n)
 		for i := 0; i < n; i++ {
 			k, err := r.bytes()
+			if err == nil {
+				err = checkText(string(k))
+			}
 			if err != nil {
 				value.Release(d)
 				return nil, err

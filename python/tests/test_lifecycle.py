@@ -299,7 +299,7 @@ def test_process_exits_promptly_with_a_stuck_python_call(where, how, wrap):
     # 2 s of grace for the stuck calls, then exit; generous for loaded CI.
     assert took < 10, f"exit took {took:.1f} s\n{err}"
     if wrap == "auto_stop":
-        stuck = "the source's next item" if where == "source" else 'calls of stage "work"'
+        stuck = "the source's next item" if where == "source" else 'of stage "work"'
         assert stuck in err and "abandoned" in err, err
 
 
