@@ -88,8 +88,7 @@ func (op readFile) Process(ctx context.Context, in any) (any, error) {
 			}
 			if op.cache != nil {
 				if b, ok := op.cache.Get(x); ok {
-					value.SetOrigin(b, x)
-					return b, nil
+					return named(b, x), nil
 				}
 			}
 			b, err := op.client.ReadAll(ctx, x)
@@ -100,10 +99,7 @@ func (op readFile) Process(ctx context.Context, in any) (any, error) {
 			if op.cache != nil {
 				op.cache.Put(x, b)
 			}
-			// A decoder's error names the file even where the bytes
-			// replace the path in the item.
-			value.SetOrigin(b, x)
-			return b, nil
+			return named(b, x), nil
 		default:
 			value.Release(v)
 			return nil, fmt.Errorf("read_file: expected a path (str) or bytes, got %s", value.Describe(v))
@@ -113,6 +109,17 @@ func (op readFile) Process(ctx context.Context, in any) (any, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// named records that b was read from name, so that a decoder's error
+// names the file even where the bytes replace the path in the item (an
+// empty file too: bytes with capacity have an address of their own).
+func named(b []byte, name string) []byte {
+	if cap(b) == 0 {
+		b = make([]byte, 0, 1)
+	}
+	value.SetOrigin(b, name)
+	return b
 }
 
 // OpStats reports the cache's counters (pipeline.OpStatsReporter).

@@ -29,12 +29,14 @@ var origins struct {
 	next int
 }
 
-// SetOrigin records that b (Go memory) was read from name.
+// SetOrigin records that b (Go memory) was read from name. Bytes are
+// known by their array: an empty b is recorded only if it has capacity
+// (empty slices without one share a single address).
 func SetOrigin(b []byte, name string) {
-	if len(b) == 0 {
+	if cap(b) == 0 {
 		return
 	}
-	p := &b[0]
+	p := unsafe.SliceData(b)
 	k := uintptr(unsafe.Pointer(p))
 	o := &origins
 	o.mu.Lock()
@@ -57,10 +59,10 @@ func SetOrigin(b []byte, name string) {
 // Origin returns the name SetOrigin recorded for b, if b is those bytes
 // (from their first byte) and the record is still kept.
 func Origin(b []byte) (string, bool) {
-	if len(b) == 0 {
+	if cap(b) == 0 {
 		return "", false
 	}
-	p := &b[0]
+	p := unsafe.SliceData(b)
 	o := &origins
 	o.mu.Lock()
 	e, ok := o.m[uintptr(unsafe.Pointer(p))]

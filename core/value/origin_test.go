@@ -13,6 +13,8 @@ func TestOrigin(t *testing.T) {
 	named := []byte("not really a jpeg")
 	value.SetOrigin(named, "/data/a.jpg")
 	other := []byte("not really a jpeg")
+	emptyNamed := make([]byte, 0, 1)
+	value.SetOrigin(emptyNamed, "/data/empty.jpg")
 	tests := []struct {
 		name string
 		v    any
@@ -22,7 +24,8 @@ func TestOrigin(t *testing.T) {
 		{"in a tuple", value.Tuple{named, int64(3)}, `(<17 bytes of "/data/a.jpg">, 3)`},
 		{"equal bytes elsewhere", other, "<17 bytes>"},
 		{"a sub-slice", named[1:], "<16 bytes>"},
-		{"empty", []byte{}, "<0 bytes>"},
+		{"empty, no capacity", []byte{}, "<0 bytes>"},
+		{"empty, named", emptyNamed, `<0 bytes of "/data/empty.jpg">`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -32,6 +35,7 @@ func TestOrigin(t *testing.T) {
 		})
 	}
 	runtime.KeepAlive(named)
+	runtime.KeepAlive(emptyNamed)
 }
 
 func TestOriginKeepsTheLatestRecords(t *testing.T) {

@@ -230,6 +230,7 @@ def test_decode_error_names_the_file_read_in_the_path_s_place(tmp_path):
 
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "good.png")
     (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
+    (tmp_path / "empty.png").write_bytes(b"")
     p = (
         PipelineBuilder()
         .add_source(sources.files(str(tmp_path / "*.png"), with_index=True))
@@ -241,6 +242,8 @@ def test_decode_error_names_the_file_read_in_the_path_s_place(tmp_path):
     try:
         assert len(list(p)) == 1
         errors = p.stats().recent_errors
-        assert len(errors) == 1 and str(tmp_path / "bad.png") in errors[0], errors
+        assert len(errors) == 2, errors
+        for name in ("bad.png", "empty.png"):
+            assert sum(str(tmp_path / name) in e for e in errors) == 1, errors
     finally:
         p.close()
