@@ -22,8 +22,17 @@ import (
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
+// isArrowPath: the table source reads the file as Arrow IPC.
+func isArrowPath(path string) bool {
+	switch filepath.Ext(path) {
+	case ".arrow", ".feather", ".ipc":
+		return true
+	}
+	return false
+}
+
 // writeTableTB writes records(first, sizes...) as Parquet or Arrow IPC,
-// by path's extension.
+// by path's extension (one row group or record batch per size).
 func writeTableTB(tb testing.TB, path string, first int, sizes ...int) {
 	tb.Helper()
 	f, err := os.Create(path)
@@ -35,7 +44,7 @@ func writeTableTB(tb testing.TB, path string, first int, sizes ...int) {
 		Write(arrow.RecordBatch) error
 		Close() error
 	}
-	if strings.HasSuffix(path, ".arrow") {
+	if isArrowPath(path) {
 		w, err = ipc.NewFileWriter(f, ipc.WithSchema(tableSchema))
 	} else {
 		w, err = pqarrow.NewFileWriter(tableSchema, f, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())

@@ -10,7 +10,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -52,45 +51,19 @@ func records(first int, sizes ...int) []arrow.RecordBatch {
 // writeParquet writes rows as row groups of the given sizes.
 func writeParquet(t *testing.T, path string, first int, sizes ...int) {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
+	if isArrowPath(path) {
+		t.Fatalf("writeParquet: %s is named as an Arrow IPC file", path)
 	}
-	w, err := pqarrow.NewFileWriter(tableSchema, f, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rec := range records(first, sizes...) {
-		if err := w.Write(rec); err != nil { // one row group per Write
-			t.Fatal(err)
-		}
-		rec.Release()
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeTableTB(t, path, first, sizes...)
 }
 
+// writeArrow writes rows as record batches of the given sizes.
 func writeArrow(t *testing.T, path string, first int, sizes ...int) {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
+	if !isArrowPath(path) {
+		t.Fatalf("writeArrow: %s is not named as an Arrow IPC file", path)
 	}
-	w, err := ipc.NewFileWriter(f, ipc.WithSchema(tableSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rec := range records(first, sizes...) {
-		if err := w.Write(rec); err != nil {
-			t.Fatal(err)
-		}
-		rec.Release()
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	writeTableTB(t, path, first, sizes...)
 }
 
 type tableRows struct {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spdl-go/spdl-go/core/internal/memtest"
 	"github.com/spdl-go/spdl-go/core/media/av"
 	"github.com/spdl-go/spdl-go/core/media/video"
 )
@@ -73,7 +74,7 @@ func TestMaxOutputBytesDefaultAllocatesNothing(t *testing.T) {
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
 		t.Skipf("cannot reset the peak RSS: %v", err)
 	}
-	before := peakRSS(t)
+	before := memtest.PeakRSS(t)
 	start := time.Now()
 	out, err := video.Decode(context.Background(), av.Source{Path: clip}, o)
 	if err == nil {
@@ -81,7 +82,7 @@ func TestMaxOutputBytesDefaultAllocatesNothing(t *testing.T) {
 		out.Release()
 		t.Fatalf("decoded %v", shape)
 	}
-	grew := peakRSS(t) - before
+	grew := memtest.PeakRSS(t) - before
 	if !strings.Contains(err.Error(), clip) || !strings.Contains(err.Error(), "2400000000 bytes is over max_output_bytes ("+strconv.Itoa(video.DefaultMaxOutputBytes)+")") {
 		t.Fatalf("err = %v", err)
 	}
@@ -89,24 +90,4 @@ func TestMaxOutputBytesDefaultAllocatesNothing(t *testing.T) {
 		t.Fatalf("refusing took %v and %d MB of peak RSS", time.Since(start), grew>>20)
 	}
 	t.Logf("refused in %v, peak RSS +%d kB: %v", time.Since(start), grew>>10, err)
-}
-
-// peakRSS is the process's peak resident set (VmHWM) in bytes.
-func peakRSS(t *testing.T) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmHWM in /proc/self/status")
-	return 0
 }

@@ -1,0 +1,32 @@
+// Package memtest helps tests measure memory the Go runtime does not see:
+// what the decoders allocate in C.
+package memtest
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// PeakRSS is the process's peak resident set (VmHWM) in bytes. A test of
+// a size limit reads it before and after: a decoder that allocated its
+// output before refusing it shows as growth.
+func PeakRSS(tb testing.TB) int64 {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	tb.Fatal("no VmHWM in /proc/self/status")
+	return 0
+}
