@@ -55,13 +55,7 @@ func (w *worker) flush() error {
 	sl.active.Add(1)
 	t0 := time.Now()
 	out, err := safeFlush(w.ctx, fl)
-	d := time.Since(t0)
-	sl.busy.Add(int64(d))
-	sl.lat.record(d)
-	if tr := ep.p.trace.Load(); tr != nil {
-		tr.add(sl, t0, d, err != nil)
-	}
-	sl.active.Add(-1)
+	w.callEnded(t0, err != nil)
 	if tokens != nil {
 		<-tokens
 	}

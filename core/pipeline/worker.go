@@ -228,13 +228,7 @@ func (w *worker) call(v any, seq uint64) (any, fate) {
 	} else {
 		out, err = safeProcess(w.ctx, w.s.Op, v)
 	}
-	d := time.Since(t0)
-	sl.busy.Add(int64(d))
-	sl.lat.record(d)
-	if tr := ep.p.trace.Load(); tr != nil {
-		tr.add(sl, t0, d, err != nil)
-	}
-	sl.active.Add(-1)
+	w.callEnded(t0, err != nil)
 	if tokens != nil {
 		<-tokens
 	}
@@ -251,6 +245,19 @@ func (w *worker) call(v any, seq uint64) (any, fate) {
 	}
 	w.invoked(false)
 	return nil, w.failed(describeFailed(v, err), err)
+}
+
+// callEnded accounts for an op call (or a flush) that began at t0: the
+// worker's busy time, its latency histogram, the trace, its active count.
+func (w *worker) callEnded(t0 time.Time, failed bool) {
+	sl := w.sl
+	d := time.Since(t0)
+	sl.busy.Add(int64(d))
+	sl.lat.record(d)
+	if tr := w.ep.p.trace.Load(); tr != nil {
+		tr.add(sl, t0, d, failed)
+	}
+	sl.active.Add(-1)
 }
 
 // ItemDescriber is implemented by an op's error that can name the failed
