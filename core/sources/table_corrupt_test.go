@@ -13,11 +13,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
 	"github.com/spdl-go/spdl-go/core/sources"
@@ -321,32 +318,5 @@ func TestTableSourceTextMustBeUTF8(t *testing.T) {
 
 func writeRecord(t *testing.T, p string, sc *arrow.Schema, rec arrow.RecordBatch) {
 	t.Helper()
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if strings.HasSuffix(p, ".parquet") {
-		w, err := pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write(rec); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	w, err := ipc.NewFileWriter(f, ipc.WithSchema(sc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeBatches(t, p, sc, rec)
 }

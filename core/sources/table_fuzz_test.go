@@ -35,6 +35,17 @@ func isArrowPath(path string) bool {
 // by path's extension (one row group or record batch per size).
 func writeTableTB(tb testing.TB, path string, first int, sizes ...int) {
 	tb.Helper()
+	recs := records(first, sizes...)
+	writeBatches(tb, path, tableSchema, recs...)
+	for _, rec := range recs {
+		rec.Release()
+	}
+}
+
+// writeBatches writes recs (of schema sc) as Parquet or Arrow IPC, by
+// path's extension: one row group or record batch each.
+func writeBatches(tb testing.TB, path string, sc *arrow.Schema, recs ...arrow.RecordBatch) {
+	tb.Helper()
 	f, err := os.Create(path)
 	if err != nil {
 		tb.Fatal(err)
@@ -45,18 +56,17 @@ func writeTableTB(tb testing.TB, path string, first int, sizes ...int) {
 		Close() error
 	}
 	if isArrowPath(path) {
-		w, err = ipc.NewFileWriter(f, ipc.WithSchema(tableSchema))
+		w, err = ipc.NewFileWriter(f, ipc.WithSchema(sc))
 	} else {
-		w, err = pqarrow.NewFileWriter(tableSchema, f, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
+		w, err = pqarrow.NewFileWriter(sc, f, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
 	}
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for _, rec := range records(first, sizes...) {
+	for _, rec := range recs {
 		if err := w.Write(rec); err != nil {
 			tb.Fatal(err)
 		}
-		rec.Release()
 	}
 	if err := w.Close(); err != nil {
 		tb.Fatal(err)
