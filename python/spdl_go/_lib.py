@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import struct
 from collections.abc import Callable
 from ctypes import (
     CFUNCTYPE,
@@ -61,6 +62,111 @@ def _find_library() -> Path:
     return Path(__file__).with_name("libspdl.so")
 
 
+def _elf_dynamic(path: Path) -> tuple[list[str], list[str]]:
+    """The DT_NEEDED names and the RUNPATH/RPATH directories of a 64-bit
+    little-endian ELF library: what the dynamic loader will look for, and
+    where. Raises ValueError for a file the loader would fault on (a segment
+    past the end of a truncated file makes dlopen die of SIGBUS, not fail).
+    """
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+
+        def read(off: int, n: int) -> bytes:
+            f.seek(off)
+            b = f.read(n)
+            if len(b) != n:
+                raise ValueError(f"truncated: needs bytes {off}..{off + n}, the file has {size}")
+            return b
+
+        head = read(0, 64)
+        if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            raise ValueError("not a 64-bit little-endian ELF file")
+        (phoff,) = struct.unpack_from("<Q", head, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+        phdrs = read(phoff, phentsize * phnum)
+        loads, dynamic = [], None
+        for i in range(phnum):
+            p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from("<IIQQQQQQ", phdrs, i * phentsize)
+            if p_type == 1:  # PT_LOAD
+                if p_offset + p_filesz > size:
+                    raise ValueError(f"truncated: a segment ends at byte {p_offset + p_filesz}, the file has {size}")
+                loads.append((p_vaddr, p_offset, p_filesz))
+            elif p_type == 2:  # PT_DYNAMIC
+                dynamic = (p_offset, p_filesz)
+        if dynamic is None:
+            return [], []
+        dyn = read(*dynamic)
+        entries = []
+        for off in range(0, len(dyn) - 15, 16):
+            tag, val = struct.unpack_from("<qQ", dyn, off)
+            if tag == 0:
+                break
+            entries.append((tag, val))
+        tags = dict(entries)
+        strtab, strsz = tags.get(5), tags.get(10)  # DT_STRTAB (an address), DT_STRSZ
+        if strtab is None or strsz is None:
+            raise ValueError("no dynamic string table")
+        base = next((o + strtab - a for a, o, n in loads if a <= strtab < a + n), None)
+        if base is None:
+            raise ValueError("the dynamic string table is outside every segment")
+        table = read(base, strsz)
+
+    def string(at: int) -> str:
+        return table[at : table.index(b"\0", at)].decode()
+
+    needed = [string(v) for t, v in entries if t == 1]
+    paths = [p for t, v in entries if t in (15, 29) for p in string(v).split(":") if p]
+    origin = str(path.resolve().parent)
+    return needed, [p.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for p in paths]
+
+
+def _check_loadable(path: Path) -> None:
+    """Refuses, with an ImportError naming the file, a libspdl.so or a bundled
+    library that dlopen would crash on (truncated), before loading anything."""
+    try:
+        needed, runpath = _elf_dynamic(path)
+    except (OSError, ValueError, UnicodeDecodeError, struct.error) as e:
+        raise ImportError(f"spdl_go: {path} is damaged ({e}): reinstall spdl-go") from None
+    for name in needed:
+        for d in runpath:
+            dep = Path(d) / name
+            if dep.exists():
+                try:
+                    _elf_dynamic(dep)
+                except (OSError, ValueError, UnicodeDecodeError, struct.error) as e:
+                    raise ImportError(
+                        f"spdl_go: the bundled library {name} at {dep} (needed by {path}, searched for in "
+                        f"{', '.join(runpath)}) is damaged ({e}): reinstall spdl-go "
+                        "(pip install --force-reinstall spdl-go)"
+                    ) from None
+                break
+
+
+def _load_error(path: Path, err: OSError) -> ImportError:
+    """An ImportError that names what could not load and where it was looked for."""
+    msg = f"spdl_go: cannot load {path}: {err}"
+    try:
+        needed, runpath = _elf_dynamic(path)
+    except (OSError, ValueError, UnicodeDecodeError, struct.error) as e:
+        return ImportError(f"{msg} (and its ELF header could not be read: {e})")
+    ld_path = os.environ.get("LD_LIBRARY_PATH")
+    searched = [
+        *runpath,
+        f"LD_LIBRARY_PATH={ld_path}" if ld_path else "LD_LIBRARY_PATH (unset)",
+        "the system's (ldconfig)",
+    ]
+    msg += f". Its libraries are searched for in: {'; '.join(searched)}."
+    for name in needed:
+        if name in str(err) and runpath:
+            where = [str(Path(d) / name) for d in runpath if (Path(d) / name).exists()]
+            msg += f" {name}: " + (f"found at {', '.join(where)}." if where else f"not in {', '.join(runpath)}.")
+    if runpath:
+        msg += " The wheel's bundled libraries are missing or damaged: reinstall spdl-go (pip install --force-reinstall spdl-go)."
+    else:
+        msg += " This build links the system's FFmpeg and libjpeg-turbo: install them, or rebuild it (pip install .)."
+    return ImportError(msg)
+
+
 def _load() -> ctypes.CDLL:
     path = _find_library()
     if not path.exists():
@@ -70,7 +176,11 @@ def _load() -> ctypes.CDLL:
         )
     # CDLL (not PyDLL): ctypes releases the GIL around every call, so Go
     # works while Python runs.
-    return ctypes.CDLL(str(path))
+    _check_loadable(path)
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as e:
+        raise _load_error(path, e) from e
 
 
 LIB = _load()
