@@ -2,7 +2,9 @@
 
 The wheel holds no CPython extension, only a shared library loaded with
 ctypes, so it is tagged py3-none-<platform>: one wheel serves every
-CPython 3.10+ (and free-threaded 3.13t) on that platform.
+CPython 3.10+, free-threaded builds included. Built from source (an sdist,
+`pip install .`), it links the system's FFmpeg 5.1 and libjpeg-turbo; the
+published manylinux wheel (.ci/wheel) bundles its own.
 """
 
 from __future__ import annotations
@@ -30,38 +32,108 @@ def _require_toolchain() -> str:
     go = shutil.which(os.environ.get("GO", "go"))
     if go is None:
         raise SystemExit(
-            "spdl-go: building needs the Go toolchain (>= 1.26) on PATH: https://go.dev/doc/install "
-            "(or set GO=/path/to/go)."
+            "spdl-go: building from source needs the Go toolchain (>= 1.26) on PATH: https://go.dev/doc/install "
+            f"(or set GO=/path/to/go).{BINARY_HINT}"
         )
     out = subprocess.run([go, "version"], capture_output=True, text=True, check=True).stdout
     m = re.search(r"go(\d+)\.(\d+)", out)
     if m is None or (int(m.group(1)), int(m.group(2))) < MIN_GO:
-        raise SystemExit(f"spdl-go: Go >= {MIN_GO[0]}.{MIN_GO[1]} is needed, found: {out.strip()}")
+        raise SystemExit(f"spdl-go: Go >= {MIN_GO[0]}.{MIN_GO[1]} is needed, found: {out.strip()}.{BINARY_HINT}")
     cc = os.environ.get("CC", "gcc")
     if shutil.which(cc) is None:
-        raise SystemExit(f"spdl-go: cgo needs a C compiler; '{cc}' is not on PATH (apt-get install gcc).")
+        raise SystemExit(f"spdl-go: cgo needs a C compiler; '{cc}' is not on PATH (apt-get install gcc).{BINARY_HINT}")
+    _require_media_libraries()
     return go
 
 
+# What core/media and go-astiav v0.16.0 link, through pkg-config.
+MEDIA_MODULES = {
+    "libavcodec": "libavcodec-dev",
+    "libavformat": "libavformat-dev",
+    "libavutil": "libavutil-dev",
+    "libswscale": "libswscale-dev",
+    "libswresample": "libswresample-dev",
+    "libavfilter": "libavfilter-dev",
+    "libavdevice": "libavdevice-dev",
+    "libturbojpeg": "libturbojpeg0-dev",
+    "libjpeg": "libjpeg62-turbo-dev",
+}
+# go-astiav v0.16.0 binds FFmpeg 5.1, whose libavcodec is major version 59.
+FFMPEG_LIBAVCODEC_MAJOR = 59
+BINARY_HINT = (
+    " Or install the binary wheel, which bundles FFmpeg and libjpeg-turbo and needs none of this: "
+    "pip install --only-binary=spdl-go spdl-go"
+)
+
+
+def _require_media_libraries() -> None:
+    pkg_config = shutil.which(os.environ.get("PKG_CONFIG", "pkg-config"))
+    if pkg_config is None:
+        raise SystemExit(
+            "spdl-go: building from source needs pkg-config to find FFmpeg and libjpeg-turbo (apt-get install "
+            f"pkg-config).{BINARY_HINT}"
+        )
+    missing = [m for m in MEDIA_MODULES if subprocess.run([pkg_config, "--exists", m]).returncode != 0]
+    if missing:
+        raise SystemExit(
+            f"spdl-go: building from source links FFmpeg 5.1 and libjpeg-turbo; pkg-config finds no {', '.join(missing)}"
+            f" (PKG_CONFIG_PATH={os.environ.get('PKG_CONFIG_PATH', '')!r}). On Debian 12 or Ubuntu: apt-get install "
+            f"{' '.join(MEDIA_MODULES[m] for m in missing)}; elsewhere point PKG_CONFIG_PATH at an FFmpeg 5.1 build."
+            f"{BINARY_HINT}"
+        )
+    version = subprocess.run(
+        [pkg_config, "--modversion", "libavcodec"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not version.startswith(f"{FFMPEG_LIBAVCODEC_MAJOR}."):
+        raise SystemExit(
+            f"spdl-go: building from source needs FFmpeg 5.1 (libavcodec {FFMPEG_LIBAVCODEC_MAJOR}.x, what go-astiav "
+            f"v0.16.0 binds); pkg-config found libavcodec {version}. Point PKG_CONFIG_PATH at an FFmpeg 5.1 build."
+            f"{BINARY_HINT}"
+        )
+
+
 class BuildGoLibrary(build_py):
-    """Runs `go build -buildmode=c-shared` into the package directory."""
+    """Runs `go build -buildmode=c-shared` into the package directory.
+
+    With SPDL_GO_PREBUILT=DIR it takes DIR/libspdl.so instead (and
+    DIR/licenses/, the bundled libraries' licenses): .ci/wheel builds the
+    library in an older Debian root against the bundled FFmpeg, for the
+    manylinux wheel.
+    """
 
     def run(self) -> None:
         super().run()
-        go = _require_toolchain()
         out = Path(self.build_lib) / "spdl_go" / "libspdl.so"
         out.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, CGO_ENABLED="1")
-        # The version script exports only what spdl.h declares (as Makefile's LIB_LDFLAGS).
-        ldflags = f"-extldflags=-Wl,--version-script={ROOT / 'capi' / 'libspdl.map'}"
-        cmd = [go, "build", "-buildmode=c-shared", "-trimpath", f"-ldflags={ldflags}", "-o", str(out), "./capi"]
-        self.announce(" ".join(cmd), level=2)
-        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+        prebuilt = os.environ.get("SPDL_GO_PREBUILT")
+        if prebuilt:
+            self._copy_prebuilt(Path(prebuilt), out)
+        else:
+            self._build(out)
         # spdl.h, which the library is compiled against, is the header users
         # get (not cgo's generated one); it includes dlpack.h.
         out.with_suffix(".h").unlink(missing_ok=True)
         shutil.copy(ROOT / "capi" / "spdl.h", out.parent / "spdl.h")
         shutil.copy(ROOT / "core" / "tensor" / "dlpack.h", out.parent / "dlpack.h")
+
+    def _copy_prebuilt(self, src: Path, out: Path) -> None:
+        lib = src / "libspdl.so"
+        if not lib.is_file():
+            raise SystemExit(f"spdl-go: SPDL_GO_PREBUILT={src} holds no libspdl.so")
+        shutil.copy(lib, out)
+        licenses = out.parent / "licenses"
+        shutil.rmtree(licenses, ignore_errors=True)
+        if (src / "licenses").is_dir():
+            shutil.copytree(src / "licenses", licenses)
+
+    def _build(self, out: Path) -> None:
+        go = _require_toolchain()
+        env = dict(os.environ, CGO_ENABLED="1")
+        # The version script exports only what spdl.h declares (as Makefile's LIB_LDFLAGS).
+        ldflags = f"-s -w -extldflags=-Wl,--version-script={ROOT / 'capi' / 'libspdl.map'}"
+        cmd = [go, "build", "-buildmode=c-shared", "-trimpath", f"-ldflags={ldflags}", "-o", str(out), "./capi"]
+        self.announce(" ".join(cmd), level=2)
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
 
 
 class BinaryDistribution(Distribution):
