@@ -14,8 +14,12 @@
 #include <emmintrin.h>
 #endif
 
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
 #define SPDL_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+#elif defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+// GCC 10 (Debian 11: the manylinux wheel's build root) has no x86-64-v3,
+// and each of its clones adds one extension: AVX2, without FMA.
+#define SPDL_MULTIVERSION __attribute__((target_clones("avx2", "default")))
 #else
 #define SPDL_MULTIVERSION
 #endif
