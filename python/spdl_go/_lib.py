@@ -117,7 +117,7 @@ def _elf_dynamic(path: Path) -> tuple[list[str], list[str]]:
     needed = [string(v) for t, v in entries if t == 1]
     paths = [p for t, v in entries if t in (15, 29) for p in string(v).split(":") if p]
     origin = str(path.resolve().parent)
-    return needed, [p.replace("${ORIGIN}", origin).replace("$ORIGIN", origin) for p in paths]
+    return needed, [os.path.normpath(p.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)) for p in paths]
 
 
 def _check_loadable(path: Path) -> None:

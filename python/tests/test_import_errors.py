@@ -54,7 +54,7 @@ def test_missing_dependency_is_named_with_the_paths_searched(tmp_path: Path) -> 
     assert str(lib) in err and gone in err, err
     assert "searched for in" in err and "LD_LIBRARY_PATH" in err, err
     for d in runpath:
-        assert d.replace("$ORIGIN", str(lib.parent)) in err, err
+        assert d in err, err
 
 
 def test_damaged_library_is_named(tmp_path: Path) -> None:
@@ -72,10 +72,11 @@ def test_damaged_bundled_library_is_named(tmp_path: Path) -> None:
     if not bundled:
         pytest.skip("this libspdl.so bundles no libraries (a source build against the system's)")
     # A private copy of the bundled directory, one library truncated in it.
+    real = bundled[0].parent.resolve()
     libs = tmp_path / "spdl_go.libs"
     libs.unlink()
     libs.mkdir()
-    for f in bundled[0].parent.iterdir():
+    for f in real.iterdir():
         (libs / f.name).write_bytes(f.read_bytes())
     victim = libs / bundled[0].name
     victim.write_bytes(victim.read_bytes()[:4096])
