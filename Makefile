@@ -5,12 +5,22 @@ GO ?= go
 LIB := python/spdl_go/libspdl.so
 export CGO_ENABLED := 1
 
-# Free-threaded CPython 3.13 (GIL disabled), built once per machine by
-# .ci/python-ft into a cache outside the checkout.
-FT_PREFIX ?= $(HOME)/.cache/spdl-go/cpython-3.13t
-PYFT := $(FT_PREFIX)/bin/python3.13t
+# The interpreters the wheel's test suite runs on (.ci/test-python): the
+# standard ones (python3, or pyenv's) and free-threaded 3.14t and 3.15t.
+PYTHONS ?= 3.10 3.11 3.12 3.13 3.14t 3.15t
+# Free-threaded CPython (GIL disabled), built once per machine by
+# .ci/python-ft into a cache outside the checkout: the reliability probes
+# and the free-threading benchmark run on it.
+FT_VERSION ?= 3.14
+FT_PREFIX ?= $(HOME)/.cache/spdl-go/cpython-$(FT_VERSION)t
+PYFT := $(FT_PREFIX)/bin/python$(FT_VERSION)t
+# The manylinux wheel `make wheel` builds (.ci/wheel), which CI tests.
+WHEEL = $(lastword $(sort $(wildcard $(CURDIR)/dist/spdl_go-*-manylinux_*.whl)))
+# What `make install` and `make install-ft` install: the checkout (a source
+# build) unless told otherwise, e.g. INSTALL_FROM=$(WHEEL).
+INSTALL_FROM ?= .
 
-.PHONY: all deps build setup servers install demo test lint go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check cudatest-lib clean reliability reliability-short fuzz-long
+.PHONY: all deps build setup servers install demo test lint go-test fuzz py-test py-test-dev setup-ft install-ft py-test-ft test-ft bench bench-ft bench-media gpu-bundle gpu-check cudatest-lib clean reliability reliability-short fuzz-long wheel bare-root sdist-check py-matrix
 
 all: build
 
@@ -32,9 +42,37 @@ build: deps
 setup: deps
 	$(PY) -m pip install -q --disable-pip-version-check "numpy>=1.26" "pyarrow>=14" "pytest>=7" pytest-timeout pillow torch requests
 
-## install: build the wheel and install it (what users get from pip)
+## install: build the wheel from source and install it (INSTALL_FROM= a wheel instead)
 install:
-	$(PY) -m pip install -q --disable-pip-version-check --force-reinstall --no-deps .
+	$(PY) -m pip install -q --disable-pip-version-check --force-reinstall --no-deps $(INSTALL_FROM)
+
+## wheel: the self-contained manylinux_2_31 wheel in dist/ (.ci/wheel):
+## libspdl.so built in a Debian 11 root (.ci/buildroot) against FFmpeg 5.1,
+## libjpeg-turbo and dav1d built from Debian's sources (.ci/media-libs), all
+## cached in ~/.cache/spdl-go; about 5 minutes once per machine, then about
+## 20 s. Needs root (chroot)
+wheel:
+	.ci/wheel
+
+## bare-root: the wheel in a Debian root with nothing but python3 (.ci/bare-root-test):
+## a smoke suite, and no library resolving outside the wheel
+bare-root:
+	.ci/bare-root-test $(WHEEL)
+
+## sdist-check: the sdist builds from source with Go, and says what is missing without
+sdist-check: deps
+	.ci/sdist-check $(PY)
+
+## py-matrix: the Python suite against the wheel on each of $(PYTHONS) (the
+## free-threaded ones with the GIL off); py-test-VERSION runs one
+py-matrix: cudatest-lib
+	@failed=""; for v in $(PYTHONS); do \
+	  SPDL_GO_CUDATEST_LIB=$(CUDATEST_LIB) .ci/test-python $$v "$(WHEEL)" || failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "py-matrix: failed on$$failed"; exit 1; fi
+
+py-test-%: cudatest-lib
+	SPDL_GO_CUDATEST_LIB=$(CUDATEST_LIB) .ci/test-python $* "$(WHEEL)"
 
 ## demo: a training-style loop over generated data, printing throughput and stats
 demo: setup install
@@ -44,10 +82,11 @@ demo: setup install
 servers:
 	.ci/servers
 
-## test: the lint and type gates, Go tests with the race detector, then
-## pytest against the installed wheel on the standard CPython ($(PY)) and on
-## free-threaded CPython 3.13t; prints how long each step took
-TEST_STEPS := setup servers lint go-test install py-test test-ft
+## test: the lint and type gates, Go tests with the race detector, the
+## manylinux wheel and its bare-system smoke test, the sdist's source build,
+## then pytest against the wheel on each of $(PYTHONS); prints how long each
+## step took
+TEST_STEPS := setup servers lint go-test wheel bare-root sdist-check py-matrix
 test:
 	@for step in $(TEST_STEPS); do \
 	  start=$$(date +%s); \
@@ -68,8 +107,8 @@ lint: setup
 	$(GO) vet -tags cudatest ./capi/... ./core/cuda/...
 	$(STATICCHECK) ./...
 	$(STATICCHECK) -tags cudatest ./capi/... ./core/cuda/...
-	$(PY) -m ruff check python benchmarks setup.py
-	$(PY) -m ruff format --check python benchmarks setup.py
+	$(PY) -m ruff check python benchmarks setup.py .ci/wheel_smoke.py
+	$(PY) -m ruff format --check python benchmarks setup.py .ci/wheel_smoke.py
 	$(PY) -m mypy
 
 go-test:
@@ -109,16 +148,16 @@ fuzz-long:
 	  fi; \
 	done
 
-## test-ft: the Python test suite on free-threaded CPython 3.13t, GIL off
-## (builds the interpreter once per machine: about 8 minutes)
+## test-ft: the Python test suite on free-threaded CPython $(FT_VERSION)t, GIL off,
+## against a source build (builds the interpreter once per machine: about 8 minutes)
 test-ft: setup-ft install-ft py-test-ft
 
 setup-ft: deps
-	.ci/python-ft $(FT_PREFIX)
-	$(PYFT) -m pip install -q --disable-pip-version-check --only-binary=:all: "numpy>=2.1" "pyarrow>=18" "pytest>=7" pytest-timeout pillow torch
+	.ci/python-ft $(FT_VERSION) $(FT_PREFIX)
+	.ci/python-deps $(PYFT)
 
 install-ft:
-	$(PYFT) -m pip install -q --disable-pip-version-check --force-reinstall --no-deps .
+	$(PYFT) -m pip install -q --disable-pip-version-check --force-reinstall --no-deps $(INSTALL_FROM)
 
 # PYTHON_GIL=0 keeps the GIL off even if an extension module was not built
 # for free-threading (CPython would otherwise turn it back on, with a warning).
@@ -175,7 +214,7 @@ clean:
 
 ## reliability: the probes of benchmarks/reliability/ (soak, build/stop cycles,
 ## corrupt inputs, a fault-injecting server, cache SIGKILLs, signals and exit)
-## against the installed wheel on $(PY) and on 3.13t (GIL off), at most about
+## against the installed wheel on $(PY) and on $(FT_VERSION)t (GIL off), at most about
 ## 15 minutes each; fails on any crash, hang, leak, unnamed error or wrong byte.
 ## reliability-short: the same, about 3 minutes each (what CI runs)
 RELIABILITY = $(CURDIR)/benchmarks/reliability/run.py

@@ -102,6 +102,9 @@ class BuildGoLibrary(build_py):
     """
 
     def run(self) -> None:
+        # setuptools reuses build/ between builds, so a module deleted from
+        # the source would still be packed from an earlier build's copy.
+        shutil.rmtree(Path(self.build_lib) / "spdl_go", ignore_errors=True)
         super().run()
         out = Path(self.build_lib) / "spdl_go" / "libspdl.so"
         out.parent.mkdir(parents=True, exist_ok=True)
