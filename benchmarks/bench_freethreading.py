@@ -1,8 +1,8 @@
 """Python stages on Go threads, with and without the GIL.
 
 Runs on the interpreter that starts it; `make bench-ft` runs it on the
-standard CPython and on free-threaded CPython 3.13t (GIL off) and prints
-both. Two measurements:
+standard CPython and on each free-threaded CPython it builds (GIL off)
+and prints each. Two measurements:
 
 * scaling: generated JPEGs -> native decode_image (DCT-scaled to short
   side 32, center crop 32; concurrency = cores) -> a CPU-bound pure-Python
@@ -10,8 +10,9 @@ both. Two measurements:
   concurrency 1, 2 and 4 -> items/s, and the ratio to concurrency 1. With
   the GIL the Python stage cannot use more than one core; without it, it
   should scale with cores (target on 2 cores: >= 1.8x from 1 to 2 threads
-  on 3.13t). The decode is kept cheap (a few % of the CPU) because on 2
-  cores every cycle it takes is one the Python stage cannot have.
+  on a free-threaded build). The decode is kept cheap (a few % of the CPU)
+  because on 2 cores every cycle it takes is one the Python stage cannot
+  have.
 * overhead: a no-op Python stage between a native source and the sink,
   minus the same pipeline without it, in microseconds per item
   (concurrency 1 and 2).

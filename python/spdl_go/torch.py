@@ -62,12 +62,21 @@ class IterablePipeline(torch.utils.data.IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         if torch.utils.data.get_worker_info() is not None:
-            raise RuntimeError(
-                "spdl-go pipelines run their own threads and cannot be used in DataLoader worker "
-                "processes; pass num_workers=0 (the default) to the DataLoader"
-            )
+            raise RuntimeError(_NO_WORKERS)
         for batch in self.pipeline:
             yield to_torch(batch) if self.convert else batch
+
+    def __reduce__(self) -> Any:
+        # A DataLoader worker started with "spawn" or "forkserver" (Python
+        # 3.14's default on Linux) gets the dataset pickled: say why that
+        # cannot work rather than "cannot pickle '_thread.lock' object".
+        raise RuntimeError(_NO_WORKERS)
+
+
+_NO_WORKERS = (
+    "spdl-go pipelines run their own threads and cannot be used in DataLoader worker "
+    "processes (nor pickled); pass num_workers=0 (the default) to the DataLoader"
+)
 
 
 def as_iterable_dataset(pipeline: Pipeline, *, convert: bool = True) -> IterablePipeline:

@@ -1,7 +1,8 @@
 """Python stages on Go threads: parallel with the GIL off, serialised with it.
 
-These run on both builds; what they assert depends on the build. `make
-test-ft` runs the whole suite on free-threaded CPython 3.13t (GIL off).
+These run on both builds; what they assert depends on the build, read from
+the interpreter (Py_GIL_DISABLED, sys._is_gil_enabled), not its version. CI
+runs the whole suite on each free-threaded CPython it builds (GIL off).
 """
 
 import resource

@@ -201,7 +201,7 @@ def test_image_transforms_chain(jpegs):
 def test_corrupt_image_fails_only_its_item(jpegs, media):
     good = jpegs[0][0]
     truncated = media / "truncated.jpg"
-    truncated.write_bytes(open(good, "rb").read()[:300])
+    truncated.write_bytes(Path(good).read_bytes()[:300])
     p = (
         PipelineBuilder()
         .add_source([good, str(truncated), str(media / "notes.txt"), str(media / "solid.png")])

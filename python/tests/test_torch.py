@@ -48,9 +48,16 @@ def test_to_torch_is_zero_copy_and_keeps_structure(no_leaks):
     p.close()
 
 
-def test_dataloader_workers_are_refused_clearly():
+# None: Python's default start method, "fork" before 3.14 and "forkserver"
+# from 3.14 on Linux. With "fork" the worker finds itself in a child; with
+# the others the dataset is pickled in the parent, and refuses.
+@pytest.mark.parametrize("method", [None, "fork", "forkserver", "spawn"])
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
+def test_dataloader_workers_are_refused_clearly(method):
     p = batches()
-    dl = torch.utils.data.DataLoader(as_iterable_dataset(p), batch_size=None, num_workers=1)
+    dl = torch.utils.data.DataLoader(
+        as_iterable_dataset(p), batch_size=None, num_workers=1, multiprocessing_context=method
+    )
     with pytest.raises(RuntimeError, match="num_workers=0"):
         next(iter(dl))
     p.close()
