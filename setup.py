@@ -28,20 +28,27 @@ ROOT = Path(__file__).resolve().parent
 MIN_GO = (1, 26)
 
 
+def _which(var: str, default: str, missing: str) -> str:
+    """The program $var (or default) on PATH, or a SystemExit saying what is missing."""
+    path = shutil.which(os.environ.get(var, default))
+    if path is None:
+        raise SystemExit(f"spdl-go: {missing}.{BINARY_HINT}")
+    return path
+
+
 def _require_toolchain() -> str:
-    go = shutil.which(os.environ.get("GO", "go"))
-    if go is None:
-        raise SystemExit(
-            "spdl-go: building from source needs the Go toolchain (>= 1.26) on PATH: https://go.dev/doc/install "
-            f"(or set GO=/path/to/go).{BINARY_HINT}"
-        )
+    go = _which(
+        "GO",
+        "go",
+        "building from source needs the Go toolchain (>= 1.26) on PATH: https://go.dev/doc/install "
+        "(or set GO=/path/to/go)",
+    )
     out = subprocess.run([go, "version"], capture_output=True, text=True, check=True).stdout
     m = re.search(r"go(\d+)\.(\d+)", out)
     if m is None or (int(m.group(1)), int(m.group(2))) < MIN_GO:
         raise SystemExit(f"spdl-go: Go >= {MIN_GO[0]}.{MIN_GO[1]} is needed, found: {out.strip()}.{BINARY_HINT}")
     cc = os.environ.get("CC", "gcc")
-    if shutil.which(cc) is None:
-        raise SystemExit(f"spdl-go: cgo needs a C compiler; '{cc}' is not on PATH (apt-get install gcc).{BINARY_HINT}")
+    _which("CC", "gcc", f"cgo needs a C compiler; '{cc}' is not on PATH (apt-get install gcc)")
     _require_media_libraries()
     return go
 
@@ -67,12 +74,11 @@ BINARY_HINT = (
 
 
 def _require_media_libraries() -> None:
-    pkg_config = shutil.which(os.environ.get("PKG_CONFIG", "pkg-config"))
-    if pkg_config is None:
-        raise SystemExit(
-            "spdl-go: building from source needs pkg-config to find FFmpeg and libjpeg-turbo (apt-get install "
-            f"pkg-config).{BINARY_HINT}"
-        )
+    pkg_config = _which(
+        "PKG_CONFIG",
+        "pkg-config",
+        "building from source needs pkg-config to find FFmpeg and libjpeg-turbo (apt-get install pkg-config)",
+    )
     missing = [m for m in MEDIA_MODULES if subprocess.run([pkg_config, "--exists", m]).returncode != 0]
     if missing:
         raise SystemExit(
