@@ -43,6 +43,9 @@ SETTLE_S = 0.5  # after the first item, time for the stage to get stuck
 
 CHILD = r"""
 import json, os, signal, sys, threading, time
+# Started in the background by a non-interactive shell, a process inherits
+# SIGINT ignored and Python installs no KeyboardInterrupt handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 cfg = json.loads(sys.argv[1])
 from spdl_go import DataLoader, PipelineBuilder
 

@@ -91,9 +91,16 @@ def test_interpreter_exit_with_running_pipeline():
     assert time.monotonic() - t0 < 30
 
 
+# A process started in the background by a non-interactive shell (as CI
+# may be) inherits SIGINT ignored, and Python then installs no
+# KeyboardInterrupt handler: the children that test Ctrl-C install it.
+_CTRL_C = "signal.signal(signal.SIGINT, signal.default_int_handler)"
+
+
 def test_ctrl_c_while_waiting_in_get_item():
-    code = """
-        import sys, time
+    code = f"""
+        import signal, sys, time
+        {_CTRL_C}
         from spdl_go import PipelineBuilder
         p = PipelineBuilder().add_source(range(3)).pipe(lambda x: time.sleep(2)).add_sink().build()
         print("waiting", flush=True)
@@ -218,6 +225,7 @@ def test_unsupported_value_for_a_native_stage_fails_its_batch_only(no_leaks):
 # How each exit case leaves the loop; {wrap} opens the block it runs in.
 _STUCK_EXIT = """
 import os, signal, sys, threading, time, contextlib
+signal.signal(signal.SIGINT, signal.default_int_handler)  # see _CTRL_C
 from spdl_go import PipelineBuilder
 
 where, how, wrap = sys.argv[1:4]
