@@ -160,14 +160,16 @@ def test_interpreter_exit_with_a_python_call_stuck_forever():
     code = """
         import threading
         from spdl_go import PipelineBuilder
-        forever = threading.Event()
+        forever, stuck = threading.Event(), threading.Event()
         def f(x):
             if x == 1:
+                stuck.set()
                 forever.wait()
             return x
         p = PipelineBuilder().add_source(range(5)).pipe(f).add_sink().build()
         p.start()
         print(p.get_item(timeout=10), flush=True)
+        assert stuck.wait(10)  # exit while the call is stuck, not before it starts
     """
     t0 = time.monotonic()
     r = run_python(code, timeout=60)
