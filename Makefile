@@ -6,10 +6,14 @@ LIB := python/spdl_go/libspdl.so
 export CGO_ENABLED := 1
 
 # The interpreters the wheel's test suite runs on (.ci/test-python): the
-# standard ones (python3, or pyenv's) and free-threaded 3.13t. 3.14t and
-# 3.15t (.ci/python-ft 3.14 / 3.15) wait for Debian to serve sid's
-# python3.14 and python3.15 source files, which 404 today.
-PYTHONS ?= 3.10 3.11 3.12 3.13 3.13t
+# standard ones (python3, or pyenv's), Debian sid's 3.14 and 3.15 (in a sid
+# root, .ci/sidroot), and free-threaded 3.13t. 3.14t and 3.15t
+# (.ci/python-ft 3.14 / 3.15) wait for Debian to serve sid's python3.14 and
+# python3.15 source files, which 404 today.
+PYTHONS ?= 3.10 3.11 3.12 3.13 3.14 3.15 3.13t
+# Interpreters tested without torch (5 GB each on a fresh machine): torch's
+# tests run on the oldest and the newest, and on the free-threaded one.
+NO_TORCH ?= 3.12 3.13
 # Free-threaded CPython (GIL disabled), built once per machine by
 # .ci/python-ft into a cache outside the checkout: the reliability probes
 # and the free-threading benchmark run on it.
@@ -69,12 +73,12 @@ sdist-check: deps
 ## free-threaded ones with the GIL off); py-test-VERSION runs one
 py-matrix: cudatest-lib
 	@failed=""; for v in $(PYTHONS); do \
-	  SPDL_GO_CUDATEST_LIB=$(CUDATEST_LIB) .ci/test-python $$v "$(WHEEL)" || failed="$$failed $$v"; \
+	  SPDL_GO_NO_TORCH="$(NO_TORCH)" SPDL_GO_CUDATEST_LIB=$(CUDATEST_LIB) .ci/test-python $$v "$(WHEEL)" || failed="$$failed $$v"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "py-matrix: failed on$$failed"; exit 1; fi
 
 py-test-%: cudatest-lib
-	SPDL_GO_CUDATEST_LIB=$(CUDATEST_LIB) .ci/test-python $* "$(WHEEL)"
+	SPDL_GO_NO_TORCH="$(NO_TORCH)" SPDL_GO_CUDATEST_LIB=$(CUDATEST_LIB) .ci/test-python $* "$(WHEEL)"
 
 ## demo: a training-style loop over generated data, printing throughput and stats
 demo: setup install
