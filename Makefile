@@ -184,7 +184,7 @@ cudatest-lib: deps
 py-test-dev: build
 	PYTHONPATH=python $(PY) -m pytest -q python/tests
 
-BENCH_PIP = "spdl==0.8.0" tqdm matplotlib soundfile av
+BENCH_PIP = "spdl==0.8.0" nvidia-dali-cuda120 tqdm matplotlib soundfile av
 
 ## bench: engine overhead per item and per batch; image pipeline vs decode-only
 ## limit; side by side with torch DataLoader and SPDL (results in benchmarks/results/)

@@ -1,4 +1,4 @@
-"""spdl-go's image pipeline against PyTorch DataLoader and SPDL, in one run.
+"""spdl-go's image pipeline against PyTorch DataLoader, SPDL and DALI, in one run.
 
 Same files (benchmarks/datasets.py imagenet_like), same transform: decode
 JPEG -> resize short side 256 (bilinear) -> center crop 224 -> batches of 32
@@ -20,6 +20,12 @@ Configurations:
   once as recommended and once with FFmpeg's decoder limited to one thread
   (its default starts several per image, which costs CPU on 2 cores).
   Skipped, with the reason printed, if spdl cannot be imported.
+* NVIDIA DALI's CPU-only pipeline (``pip install nvidia-dali-cuda120``,
+  runs without a GPU): ``@pipeline_def(device_id=None)``, fn.readers.file ->
+  fn.decoders.image (cpu, RGB) -> fn.resize(resize_shorter=256, linear)
+  -> fn.crop(224, centre), num_threads = cores, read into torch by DALI's
+  own DALIGenericIterator (the last batch partial). Skipped, with the
+  reason printed, if DALI cannot be imported.
 
 Measurement (benchmarks/harness.py): each run in a fresh subprocess that
 imports torch first (the same baseline for all); images/s, CPU-seconds per
@@ -147,15 +153,46 @@ def spdl_loader(items, threads: int, decoder_threads: int | None = None):
         yield from p.get_iterator(timeout=120)
 
 
-def spdl_import_error() -> str | None:
-    try:
-        import spdl  # noqa: F401
-        import spdl.io  # noqa: F401
-        import spdl.pipeline  # noqa: F401
+def dali_loader(items, threads: int):
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
+    files = [str(p) for p, _ in items]
+    labels = [int(label) for _, label in items]
+
+    @pipeline_def(batch_size=BATCH, num_threads=threads, device_id=None, prefetch_queue_depth=2)
+    def pipe():
+        jpegs, label = fn.readers.file(files=files, labels=labels, random_shuffle=False, name="reader")
+        images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+        images = fn.resize(images, resize_shorter=256, interp_type=types.INTERP_LINEAR, antialias=False)
+        return fn.crop(images, crop=(224, 224)), label
+
+    p = pipe()
+    p.build()
+    it = DALIGenericIterator(
+        p, ["images", "labels"], reader_name="reader", last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False
+    )
+    for out in it:
+        yield out[0]["images"], out[0]["labels"].reshape(-1).long()
+
+
+def import_error(*modules: str) -> str | None:
+    """Why an anchor cannot run here (its import fails), or None."""
+    import importlib
+
+    try:
+        for m in modules:
+            importlib.import_module(m)
         return None
     except Exception as e:  # noqa: BLE001
         return f"{type(e).__name__}: {e}"
+
+
+# The optional anchors: loader kinds, the modules they need, their label.
+OPTIONAL = (
+    (("spdl", "spdl1"), ("spdl", "spdl.io", "spdl.pipeline"), "SPDL 0.8"),
+    (("dali",), ("nvidia.dali", "nvidia.dali.plugin.pytorch"), "DALI"),
+)
 
 
 SPDL_GO_HAND = (1, 2, 3, 4)  # decode concurrency of the hand-tuned configurations
@@ -168,6 +205,7 @@ def configs() -> list[tuple[str, str, str]]:
     cs += [(f"DataLoader+PIL w={w}", "dataloader", str(w)) for w in DL_WORKERS]
     cs += [(f"spdl_go.DataLoader+PIL t={t}", "spdl-go-dl", str(t)) for t in (2, 4)]
     cs += [(f"SPDL 0.8 t={CORES}", "spdl", str(CORES)), (f"SPDL 0.8 t={CORES}, 1 decoder thread", "spdl1", str(CORES))]
+    cs += [(f"DALI CPU t={CORES}", "dali", str(CORES))]
     return cs
 
 
@@ -182,6 +220,8 @@ def loader(kind: str, param: str, items):
         return spdl_loader(items, int(param))
     if kind == "spdl1":
         return spdl_loader(items, int(param), decoder_threads=1)
+    if kind == "dali":
+        return dali_loader(items, int(param))
     raise ValueError(f"unknown loader kind {kind!r}")
 
 
@@ -215,7 +255,7 @@ def ratios(rows: dict) -> dict:
     if not go:
         return out
     out["spdl_go"] = ours
-    for key, prefix in (("dataloader", "DataLoader"), ("spdl", "SPDL")):
+    for key, prefix in (("dataloader", "DataLoader"), ("spdl", "SPDL"), ("dali", "DALI")):
         b = best(rows, prefix)
         if not b:
             continue
@@ -237,12 +277,17 @@ def print_ratios(r: dict) -> None:
     if not r:
         return
     print()
-    for key, label, target in (("dataloader", "DataLoader", 2.5), ("spdl", "SPDL 0.8", 1.5)):
+    for key, label, target in (
+        ("dataloader", "DataLoader", 2.5),
+        ("spdl", "SPDL 0.8", 1.5),
+        ("dali", "DALI CPU", None),
+    ):
         if f"{key}_best" not in r:
             continue
+        goal = f" (target >= {target})" if target else ""
         print(
-            f"{r['spdl_go']} vs best {label} ({r[key + '_best']}): throughput x{r['throughput_vs_' + key + '_best']:.2f} "
-            f"(target >= {target}), CPU per image x{r['cpu_vs_' + key + '_best']:.2f}, "
+            f"{r['spdl_go']} vs best {label} ({r[key + '_best']}): throughput x{r['throughput_vs_' + key + '_best']:.2f}"
+            f"{goal}, CPU per image x{r['cpu_vs_' + key + '_best']:.2f}, "
             f"peak RSS x{r['peak_rss_vs_' + key + '_best']:.2f}, peak PSS x{r['peak_pss_vs_' + key + '_best']:.2f}, "
             f"loader RSS (peak minus after-import) x{r['loader_rss_vs_' + key + '_best']:.2f}"
         )
@@ -276,13 +321,16 @@ def main() -> None:
     if args.only:
         prefixes = [s.strip() for s in args.only.split(",") if s.strip()]
         cfgs = [c for c in cfgs if any(c[0].startswith(p) for p in prefixes)]
-    err = spdl_import_error()
-    if err:
-        for c in cfgs:
-            if c[1].startswith("spdl") and not c[1].startswith("spdl-go"):
-                skipped[c[0]] = f"import failed: {err}"
-        print(f"skipping SPDL 0.8: import failed: {err}", file=sys.stderr)
-        cfgs = [c for c in cfgs if c[0] not in skipped]
+    for kinds, modules, label in OPTIONAL:
+        if not any(c[1] in kinds for c in cfgs):
+            continue
+        err = import_error(*modules)
+        if err:
+            for c in cfgs:
+                if c[1] in kinds:
+                    skipped[c[0]] = f"import failed: {err}"
+            print(f"skipping {label}: import failed: {err}", file=sys.stderr)
+    cfgs = [c for c in cfgs if c[0] not in skipped]
 
     runs = harness.run_all(__file__, cfgs, [str(args.images)], args.repeat, args.timeout, skipped)
     rows = harness.median_rows(runs)
