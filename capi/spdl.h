@@ -20,6 +20,8 @@
  *   SPDL_TIMEOUT  2   spdl_pipeline_next: nothing arrived within the timeout
  *   SPDL_ERROR   -1   failure; *err (when err is not NULL) is set to a
  *                     malloc'd UTF-8 message the caller frees with spdl_free
+ *   SPDL_INVALID -2   spdl_io_*: the request or its options are invalid
+ *                     (as SPDL_ERROR, with a message); the input was not tried
  *
  * Functions that answer with JSON have the shape
  *   int f(..., char **out_json, char **err)
@@ -51,6 +53,7 @@ extern "C" {
 #define SPDL_END 1
 #define SPDL_TIMEOUT 2
 #define SPDL_ERROR (-1)
+#define SPDL_INVALID (-2)
 
 /* A malloc'd byte buffer. Ownership is stated at each use. */
 typedef struct spdl_buf {
@@ -193,6 +196,49 @@ int spdl_pipeline_free(uint64_t pipeline, int64_t wait_ms, char **err);
  *   Trace Event Format JSON (opens in ui.perfetto.dev). */
 int spdl_pipeline_trace_start(uint64_t pipeline, int64_t max_spans, char **err);
 int spdl_pipeline_trace_write(uint64_t pipeline, const char *path, char **err);
+
+/* ---- The eager API (python/spdl_go/io.py; capi/io.go) ----
+ * One call, one result: no pipeline. Each may be called from many threads
+ * at once. SPDL_OK: *out is a malloc'd buffer the caller frees with
+ * spdl_free (a wire value for spdl_io_apply and spdl_io_load, whose
+ * references then belong to the caller; the encoded file for
+ * spdl_io_encode_image). SPDL_ERROR: the input failed, *err names it and
+ * says why. SPDL_INVALID: the request or an option is wrong. *out is
+ * untouched unless SPDL_OK.
+ *
+ * spdl_io_apply: runs one registered op (spdl_ops) on the input, the
+ *   in_len bytes at in: one wire value (a path or the file's bytes), or
+ *   with "batch" a wire list of them. req_json (req_len bytes, copied) is
+ *   {"op": {"name": op, "options": {...}}, "name": what to call bytes in
+ *   errors, "batch": false, "names": [one per input], "threads": n}; only
+ *   "op" is required. The options are the op's, read by the op itself, so
+ *   they and its errors are exactly a pipeline's. A batch runs on at most
+ *   "threads" (0: one per CPU) goroutines owned by the call; the first
+ *   failure stops the rest and is reported with the item's index and
+ *   name; the results, which must share dtype and shape, come back as one
+ *   tensor (N, ...).
+ * spdl_io_load: parses the data_len bytes at data (borrowed for the call)
+ *   as format: "npy" (-> a tensor), "npz" (-> a dict of tensors; option
+ *   max_uncompressed_bytes, default 1 GiB, checked against the archive's
+ *   declared sizes before anything is inflated), "wav" (-> a tuple
+ *   (tensor (frames, channels), sample rate); options time_offset_seconds,
+ *   duration_seconds) or "tar" (-> a list of (name, offset, size) tuples,
+ *   one per regular file, its contents at data[offset:offset+size]).
+ *   opts_json (opts_len bytes, may be NULL) is a JSON object of options;
+ *   "name" names the input in errors.
+ * spdl_io_encode_image: encodes an image, the wire value at in (a tensor:
+ *   'D', 'V' or 'v'; the reference moves to the library), as JPEG
+ *   (TurboJPEG) or PNG. opts_json: {"format": "jpeg" | "png", "pix_fmt":
+ *   "rgb24" | "bgr24" | "rgba" | "gray" | "gray16" (default: from the
+ *   shape (H, W[, C]) and dtype), "quality": 1..100 (JPEG, default 75),
+ *   "subsampling": "420" | "422" | "444" (JPEG), "compression_level":
+ *   -1..9 (PNG)}. *out is the file's bytes.
+ */
+int spdl_io_apply(const char *req_json, size_t req_len, const void *in, size_t in_len, spdl_buf *out, char **err);
+int spdl_io_load(const char *format, const char *opts_json, size_t opts_len, const void *data, size_t data_len,
+                 spdl_buf *out, char **err);
+int spdl_io_encode_image(const void *in, size_t in_len, const char *opts_json, size_t opts_len, spdl_buf *out,
+                         char **err);
 
 /* ---- Tensors (core/tensor/tensor.h) ----
  * A spdl_tensor is a refcounted block of C memory (or an adopted foreign

@@ -94,6 +94,35 @@ static void check_tensor(spdl_tensor *t) {
   spdl_tensor_decref(NULL);
 }
 
+static void check_io(void) {
+  char *err = NULL;
+  spdl_buf out = {NULL, 0};
+  // "to_tensor" on the wire int 7 ('i', then 8 little-endian bytes).
+  static const char req[] = "{\"op\": {\"name\": \"to_tensor\", \"options\": {}}}";
+  static const uint8_t seven[9] = {'i', 7};
+  int rc = spdl_io_apply(req, sizeof req - 1, seven, sizeof seven, &out, &err);
+  spdl_tensor *t = rc == SPDL_OK ? take_tensor(&out) : NULL;
+  CHECK(t != NULL, "spdl_io_apply(to_tensor, 7) -> one tensor %s", err ? err : "");
+  spdl_tensor_decref(t);
+  spdl_free(out.data);
+  spdl_free(err);
+  err = NULL;
+  static const char bad[] = "{\"op\": {\"name\": \"no such op\"}}";
+  out.data = NULL;
+  rc = spdl_io_apply(bad, sizeof bad - 1, seven, sizeof seven, &out, &err);
+  CHECK(rc == SPDL_INVALID && err != NULL && out.data == NULL, "spdl_io_apply(unknown op) -> SPDL_INVALID: %s",
+        err ? err : "(no message)");
+  spdl_free(err);
+  err = NULL;
+  static const char junk[] = "not a tar archive, not at all";
+  EXPECT_ERROR("spdl_io_load(npy, junk)", spdl_io_load("npy", NULL, 0, junk, sizeof junk, &out, &err));
+  static const char tensor_req[] = "{\"format\": \"png\"}";
+  rc = spdl_io_encode_image(seven, sizeof seven, tensor_req, sizeof tensor_req - 1, &out, &err);
+  CHECK(rc == SPDL_INVALID && err != NULL, "spdl_io_encode_image(an int) -> SPDL_INVALID: %s",
+        err ? err : "(no message)");
+  spdl_free(err);
+}
+
 static void check_pipeline(const char *dir) {
   static const char bad[] = "{\"source\": ";
   static const char spec[] =
@@ -194,6 +223,7 @@ int main(int argc, char **argv) {
 
   check_handle_zero();
   check_pipeline(dir);
+  check_io();
 
   rc = spdl_mem_stats(&out, &err);
   expect_json("spdl_mem_stats", rc, out, err, "\"live_tensors\"");

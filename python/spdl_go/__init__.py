@@ -10,7 +10,7 @@ Example:
     ['0', '1', '2', '3']
 """
 
-from . import media, ops, sources
+from . import io, media, ops, sources
 from ._buffers import ArrowArray, Tensor
 from ._lib import LIB as _LIB
 from .checkpoint import ResumableSource
@@ -34,6 +34,7 @@ __all__ = [
     "Tensor",
     "__version__",
     "arrow_allocated_bytes",
+    "io",
     "media",
     "memory_stats",
     "ops",
