@@ -112,6 +112,182 @@ def imagenet_like(n: int = 1000, seed: int = 0, classes: int = 10) -> list[tuple
     return _save(root, items)
 
 
+def _power_law_noise(rng: np.random.Generator, h: int, w: int, beta: float) -> np.ndarray:
+    """(h, w) float32 noise of unit variance whose amplitude spectrum falls
+    as 1/f**beta, the statistics of natural images (beta about 1)."""
+    fy = np.fft.fftfreq(h)[:, None]
+    fx = np.fft.rfftfreq(w)[None, :]
+    f = np.sqrt(fy * fy + fx * fx)
+    f[0, 0] = 1
+    amp = f**-beta
+    amp[0, 0] = 0
+    shape = (h, w // 2 + 1)
+    spec = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) * amp
+    x = np.fft.irfft2(spec, s=(h, w))
+    return (x / x.std()).astype(np.float32)
+
+
+def _camera_photo_like(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """(h, w, 3) uint8 with a photo's spectrum: 1/f texture in luminance and
+    (smoother) in chroma, a few hard-edged objects, faint sensor noise.
+    At quality 90, 4:2:0 it takes about 2.5-3 bits per pixel, as camera
+    photos do."""
+    lum = _power_law_noise(rng, h, w, 1.2)
+    base = rng.uniform(70, 170, size=3)
+    mix = rng.uniform(0.7, 1.3, size=3)
+    img = np.empty((h, w, 3), np.float32)
+    for c in range(3):
+        img[..., c] = base[c] + 45 * mix[c] * lum + 15 * _power_law_noise(rng, h, w, 1.4)
+    from PIL import Image, ImageDraw
+
+    im = Image.fromarray(np.clip(img, 0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(im)
+    for _ in range(int(rng.integers(3, 9))):
+        x0, y0 = rng.uniform(0, w), rng.uniform(0, h)
+        x1, y1 = x0 + rng.uniform(10, w / 3), y0 + rng.uniform(10, h / 3)
+        color = tuple(int(c) for c in rng.integers(0, 256, size=3))
+        if rng.random() < 0.5:
+            draw.rectangle([x0, y0, x1, y1], fill=color)
+        else:
+            draw.ellipse([x0, y0, x1, y1], fill=color)
+    arr = np.asarray(im).astype(np.float32) + rng.normal(0, 2, size=(h, w, 3))
+    return np.clip(arr, 0, 255).astype(np.uint8)
+
+
+# Usual photo sizes (height, width), both orientations, 375x500 to 800x600.
+_PHOTO_SIZES = [(375, 500), (500, 375), (333, 500), (480, 640), (640, 480), (427, 640), (600, 800), (800, 600)]
+
+
+def photos_mixed(n: int = 300, seed: int = 0, classes: int = 10) -> list[tuple[str, int]]:
+    """n photo-like JPEGs of mixed usual sizes (375x500 to 800x600, both
+    orientations) at quality 90, 4:2:0, about 120 KB on average, in class
+    folders; returns (path, label) pairs. Deterministic for (n, seed)."""
+    root, done = _cached("photos", "photos-mixed-v1", n, seed, classes)
+    if done is not None:
+        return done
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    items = []
+    for i in range(n):
+        label = int(rng.integers(classes))
+        h, w = _PHOTO_SIZES[int(rng.integers(len(_PHOTO_SIZES)))]
+        rel = f"class{label:03d}/photo{i:06d}.jpg"
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(_camera_photo_like(rng, h, w)).save(path, quality=90, subsampling=2)
+        items.append((rel, label))
+    return _save(root, items)
+
+
+def _png_write(path: Path, a: np.ndarray) -> None:
+    """Writes a (h, w) or (h, w, c) uint8 or uint16 array as a PNG (gray,
+    gray+alpha, RGB or RGBA at its bit depth), every row Paeth-filtered as
+    photo PNGs mostly are, deflated at zlib's default level. Pillow writes
+    no 16-bit colour PNGs; this writes any of them."""
+    import struct
+    import zlib
+
+    if a.ndim == 2:
+        a = a[..., None]
+    h, w, c = a.shape
+    depth = 16 if a.dtype == np.uint16 else 8
+    raw = a.astype(">u2").view(np.uint8).reshape(h, -1) if depth == 16 else a.reshape(h, -1)
+    bpp = c * depth // 8
+    x = raw.astype(np.int16)
+    left = np.zeros_like(x)
+    left[:, bpp:] = x[:, :-bpp]
+    up = np.zeros_like(x)
+    up[1:] = x[:-1]
+    ul = np.zeros_like(x)
+    ul[1:, bpp:] = x[:-1, :-bpp]
+    p = left + up - ul
+    pa, pb, pc = np.abs(p - left), np.abs(p - up), np.abs(p - ul)
+    pred = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, up, ul))
+    rows = np.empty((h, 1 + raw.shape[1]), np.uint8)
+    rows[:, 0] = 4  # Paeth
+    rows[:, 1:] = ((x - pred) & 0xFF).astype(np.uint8)
+    color = {1: 0, 2: 4, 3: 2, 4: 6}[c]
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", w, h, depth, color, 0, 0, 0)
+    body = chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6)) + chunk(b"IEND", b"")
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + body)
+
+
+# Large-image kinds: (name, extension). JPEGs at quality 90 (colour 4:2:0);
+# 8-bit PNGs by Pillow (its default zlib level 6, adaptive filters); 16-bit
+# PNGs by _png_write.
+LARGE_KINDS = (
+    ("jpeg-rgb", "jpg"),
+    ("jpeg-gray", "jpg"),
+    ("png-rgb", "png"),
+    ("png-rgba", "png"),
+    ("png-gray", "png"),
+    ("png16-rgb", "png"),
+    ("png16-gray", "png"),
+)
+
+# Large sizes (height, width): 3.1, 6 and 8 MP, both orientations.
+_LARGE_SIZES = [(1536, 2048), (2048, 1536), (2000, 3000), (3000, 2000), (2448, 3264)]
+
+
+def _alpha_like(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """(h, w) uint8 alpha of a cut-out: opaque soft-edged blobs on a
+    transparent ground, with a gradient, as product shots and stickers."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    a = np.zeros((h, w), np.float32)
+    for _ in range(3):
+        cy, cx = rng.uniform(0.2, 0.8) * h, rng.uniform(0.2, 0.8) * w
+        r = rng.uniform(0.15, 0.4) * min(h, w)
+        d = np.sqrt((yy - cy) ** 2 + (xx - cx) ** 2)
+        a = np.maximum(a, np.clip((r - d) / (0.05 * r), 0, 1))
+    a *= 0.75 + 0.25 * xx / w
+    return (a * 255 + 0.5).astype(np.uint8)
+
+
+def large_images(n_per_kind: int = 6, seed: int = 0) -> list[tuple[str, str]]:
+    """Big mixed images (3-8 megapixels): n_per_kind of each LARGE_KINDS
+    kind (JPEG RGB and gray; PNG RGB, RGBA, gray; 16-bit PNG RGB and gray),
+    photo-like content, in a kind-major order; returns (path, kind) pairs.
+    Deterministic for (n_per_kind, seed)."""
+    root, done = _cached("large", "large-images-v1", n_per_kind, seed)
+    if done is not None:
+        return [(p, LARGE_KINDS[k][0]) for p, k in done]
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    items: list[tuple[str, int]] = []
+    for k, (kind, ext) in enumerate(LARGE_KINDS):
+        for i in range(n_per_kind):
+            h, w = _LARGE_SIZES[int(rng.integers(len(_LARGE_SIZES)))]
+            rgb = _camera_photo_like(rng, h, w)
+            rel = f"{kind}/img{i:04d}.{ext}"
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            gray = np.asarray(Image.fromarray(rgb).convert("L"))
+            if kind == "jpeg-rgb":
+                Image.fromarray(rgb).save(path, quality=90, subsampling=2)
+            elif kind == "jpeg-gray":
+                Image.fromarray(gray).save(path, quality=90)
+            elif kind == "png-rgb":
+                Image.fromarray(rgb).save(path)
+            elif kind == "png-rgba":
+                Image.fromarray(np.dstack([rgb, _alpha_like(rng, h, w)])).save(path)
+            elif kind == "png-gray":
+                Image.fromarray(gray).save(path)
+            else:
+                # 16-bit: the 8-bit picture with extra low-order detail.
+                src = rgb if kind == "png16-rgb" else gray
+                wide = src.astype(np.uint16) * 256 + rng.integers(0, 256, size=src.shape, dtype=np.uint16)
+                _png_write(path, wide)
+            items.append((rel, k))
+    stored = _save(root, items)
+    return [(p, LARGE_KINDS[k][0]) for p, k in stored]
+
+
 # --------------------------------------------------------------------------
 # Audio
 # --------------------------------------------------------------------------
@@ -310,6 +486,47 @@ def video_like(n: int = 40, seed: int = 0, classes: int = 10) -> list[tuple[str,
                 "-an",
                 str(root / rel),
             ]
+        )
+        items.append((rel, label))
+    with ThreadPoolExecutor(os.cpu_count() or 1) as ex:
+        list(ex.map(lambda a: _ffmpeg(*a), jobs))
+    return _save(root, items)
+
+
+def video_long(n: int = 12, seed: int = 0, classes: int = 10, seconds: float = 60.0) -> list[tuple[str, int]]:
+    """n long videos (``seconds`` each, 60 by default) in class folders;
+    returns (path, label) pairs.
+
+    Like ``video_like`` (synthetic moving sources plus temporal noise,
+    H.264 with libx264 ``-preset veryfast``, 25 or 30 fps, yuv420p, .mp4
+    with ``+faststart``) but long, at 320x240 to 480x270, with a keyframe
+    every 2 seconds (``-g`` twice the frame rate) as streaming encoders
+    make them: the case where a sampler that needs a few frames per clip
+    should decode only a small share of each.
+    """
+    codec = _video_codec()
+    root, done = _cached("video-long", "video-long-v1", n, seed, classes, seconds, codec)
+    if done is not None:
+        return done
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(seed)
+    items, jobs = [], []
+    for i in range(n):
+        label = int(rng.integers(classes))
+        w, h = _VIDEO_SIZES[int(rng.integers(4))]
+        fps = 25 if rng.random() < 0.5 else 30
+        s = int(rng.integers(1 << 30))
+        if rng.random() < 0.5:
+            src = f"testsrc2=size={w}x{h}:rate={fps}"
+        else:
+            src = f"gradients=size={w}x{h}:rate={fps}:seed={s}:speed={rng.uniform(0.01, 0.05):.3f}"
+        vf = f"hue=h={rng.uniform(0, 360):.1f}*t/{seconds},noise=alls={int(rng.integers(4, 16))}:allf=t+u:all_seed={s % 100000},format=yuv420p"
+        rel = f"class{label:03d}/long{i:06d}.mp4"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        jobs.append(
+            ["-f", "lavfi", "-i", src, "-t", str(seconds), "-vf", vf, *codec, "-g", str(2 * fps)]
+            + ["-pix_fmt", "yuv420p", "-movflags", "+faststart", "-an", str(root / rel)]
         )
         items.append((rel, label))
     with ThreadPoolExecutor(os.cpu_count() or 1) as ex:

@@ -12,7 +12,12 @@ import (
 // DecodeOptions configure Decode. The zero value decodes to RGB at full
 // size, refusing images over DefaultMaxPixels.
 type DecodeOptions struct {
-	Mode      Mode
+	Mode Mode
+	// DType is the sample type: tensor.UInt8 (the zero value means it too)
+	// or tensor.UInt16, which keeps all 16 bits of 16-bit PNG, TIFF and
+	// PNM images and widens 8-bit ones (v * 257), so that one dataset
+	// batches into one dtype. uint16 takes a centre crop but no resize.
+	DType     tensor.DType
 	MaxPixels int64 // 0 means DefaultMaxPixels
 	Resize    ResizeOptions
 	Crop      CropOptions
@@ -27,8 +32,16 @@ type DecodeOptions struct {
 
 // Validate checks the options without decoding anything.
 func (o *DecodeOptions) Validate() error {
-	if o.Mode < RGB || o.Mode > Gray {
+	if o.Mode < RGB || o.Mode > RGBA {
 		return fmt.Errorf("unknown mode %d", o.Mode)
+	}
+	if o.DType != (tensor.DType{}) && o.DType != tensor.UInt8 && o.DType != tensor.UInt16 {
+		return fmt.Errorf("dtype %v is not uint8 or uint16", o.DType)
+	}
+	if o.wide() && (o.Resize.Enabled() || o.Crop.Kind == CropRandomResized) {
+		// The resampling kernels are 8-bit; a silent narrowing would lose
+		// what uint16 was asked for.
+		return errors.New("dtype uint16 cannot be resized (the resize kernels are 8-bit): decode at full size or with crop=\"center\", and resize in floating point")
 	}
 	if o.MaxPixels < 0 {
 		return fmt.Errorf("max_pixels %d must be positive", o.MaxPixels)
@@ -43,6 +56,17 @@ func (o *DecodeOptions) Validate() error {
 		return errors.New("a random resized crop resizes to its own size; drop the resize")
 	}
 	return nil
+}
+
+// wide reports whether the output is uint16.
+func (o *DecodeOptions) wide() bool { return o.DType == tensor.UInt16 }
+
+// depth is the output's bits per sample.
+func (o *DecodeOptions) depth() int {
+	if o.wide() {
+		return 16
+	}
+	return 8
 }
 
 func (o *DecodeOptions) maxPixels() int64 {
@@ -76,13 +100,14 @@ func DecodeFile(path string, o DecodeOptions) (*tensor.Tensor, error) {
 	return Decode(data, path, o)
 }
 
-// Decode decodes an encoded image into a new uint8 (H, W, C) tensor in
-// pooled C memory, resized and cropped as o says, in one pass that
-// computes only the output pixels. The format comes from the magic bytes,
-// never a file name: JPEG goes through libjpeg-turbo (at a reduced DCT
-// scale when the output is at most half the size), everything else
-// through libavcodec (PNG, WebP, BMP, GIF's first frame, TIFF, PNM, and
-// whatever else FFmpeg's image probe recognises). Alpha is dropped.
+// Decode decodes an encoded image into a new (H, W, C) tensor of o.DType
+// (uint8 unless set) in pooled C memory, resized and cropped as o says, in
+// one pass that computes only the output pixels. The format comes from the
+// magic bytes, never a file name: JPEG goes through libjpeg-turbo (at a
+// reduced DCT scale when the output is at most half the size), everything
+// else through libavcodec (PNG, WebP, BMP, GIF's first frame, TIFF, PNM,
+// and whatever else FFmpeg's image probe recognises). Alpha is kept by
+// mode RGBA only.
 //
 // name is what errors call the data (a path); "" names it "<N bytes>".
 // Errors are *av.Error wrapping ErrEmpty, ErrNotImage, ErrUnsupported,
@@ -103,7 +128,7 @@ func Decode(data []byte, name string, o DecodeOptions) (*tensor.Tensor, error) {
 	switch f {
 	case fmtJPEG:
 		if !o.ffmpegOnly {
-			t, err := decodeJPEG(data, &o)
+			t, err := decodeJPEGAs(data, &o)
 			if !errors.Is(err, errUseFFmpeg) {
 				if err != nil {
 					return fail(err)
@@ -140,6 +165,26 @@ func Decode(data []byte, name string, o DecodeOptions) (*tensor.Tensor, error) {
 		return fail(err)
 	}
 	return t, nil
+}
+
+// decodeJPEGAs decodes a JPEG with libjpeg-turbo, which makes 8-bit RGB,
+// BGR or gray: an RGBA or uint16 output is decoded as RGB (or gray) and
+// then converted, over the output pixels only.
+func decodeJPEGAs(data []byte, o *DecodeOptions) (*tensor.Tensor, error) {
+	if o.Mode != RGBA && !o.wide() {
+		return decodeJPEG(data, o)
+	}
+	o8 := *o
+	o8.DType = tensor.UInt8
+	if o.Mode == RGBA {
+		o8.Mode = RGB
+	}
+	t, err := decodeJPEG(data, &o8)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Release()
+	return convertTensor(t, o8.Mode, o.Mode, o.depth())
 }
 
 // quoteStart shows the first bytes of data, for "not an image" errors.

@@ -10,6 +10,9 @@
 #include <libswscale/swscale.h>
 
 #include "kernels.h"
+#include "pngconv.h"
+
+static int sws_convert(const AVFrame *f, uint8_t *dst, int dst_stride, int dfmt);
 
 void spdl_ff_quiet(void) {
   const char *v = getenv("SPDL_GO_FFMPEG_LOG");
@@ -168,10 +171,26 @@ static int convert_wide(const AVFrame *f, int layout, int samples, int big, uint
   return 0;
 }
 
-int spdl_ff_convert(const AVFrame *f, uint8_t *dst, int dst_stride, int dfmt) {
+int spdl_ff_convert(const AVFrame *f, uint8_t *dst, int dst_stride, int dfmt, int ddepth) {
   int samples, big, wide = wide_layout(f->format, &samples, &big);
+  int layout = wide >= 0 ? wide : packed_layout(f->format);
+  if (dfmt == SPDL_PK_RGBA || ddepth == 16) {
+    // Alpha or 16-bit out: the exact converter of pngconv.c.
+    if (layout >= 0) {
+      const uint32_t *pal = layout == SPDL_PK_PAL8 ? (const uint32_t *)f->data[1] : NULL;
+      int wdepth = wide >= 0 ? 16 : 8;
+      if (spdl_px_convert(f->data[0], f->linesize[0], layout, wdepth, big, pal, dst, dst_stride,
+                          dfmt, ddepth, f->height, f->width) != 0)
+        return AVERROR(EINVAL);
+      return 0;
+    }
+    // swscale makes the 8-bit picture; 16-bit out widens it in place.
+    int ret = sws_convert(f, dst, dst_stride, dfmt);
+    if (ret == 0 && ddepth == 16)
+      spdl_px_widen(dst, dst_stride, f->height, (int64_t)f->width * (dfmt == SPDL_PK_GRAY ? 1 : dfmt == SPDL_PK_RGBA ? 4 : 3));
+    return ret;
+  }
   if (wide >= 0) return convert_wide(f, wide, samples, big, dst, dst_stride, dfmt);
-  int layout = packed_layout(f->format);
   if (layout >= 0) {
     const uint32_t *pal = layout == SPDL_PK_PAL8 ? (const uint32_t *)f->data[1] : NULL;
     if (spdl_convert_packed(f->data[0], f->linesize[0], layout, pal, dst, dst_stride, dfmt,
@@ -179,13 +198,19 @@ int spdl_ff_convert(const AVFrame *f, uint8_t *dst, int dst_stride, int dfmt) {
       return AVERROR(EINVAL);
     return 0;
   }
+  return sws_convert(f, dst, dst_stride, dfmt);
+}
+
+// sws_convert converts any frame libswscale takes to 8-bit packed dfmt.
+static int sws_convert(const AVFrame *f, uint8_t *dst, int dst_stride, int dfmt) {
   int full = f->color_range == AVCOL_RANGE_JPEG;
   int src_fmt = unjpeg(f->format, &full);
   if (av_pix_fmt_desc_get(src_fmt) == NULL || !sws_isSupportedInput(src_fmt))
     return AVERROR_PATCHWELCOME;
-  int dst_fmt = dfmt == SPDL_PK_RGB   ? AV_PIX_FMT_RGB24
-                : dfmt == SPDL_PK_BGR ? AV_PIX_FMT_BGR24
-                                      : AV_PIX_FMT_GRAY8;
+  int dst_fmt = dfmt == SPDL_PK_RGB    ? AV_PIX_FMT_RGB24
+                : dfmt == SPDL_PK_BGR  ? AV_PIX_FMT_BGR24
+                : dfmt == SPDL_PK_RGBA ? AV_PIX_FMT_RGBA
+                                       : AV_PIX_FMT_GRAY8;
   struct SwsContext *sws =
       sws_getContext(f->width, f->height, src_fmt, f->width, f->height, dst_fmt,
                      SWS_BILINEAR | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
@@ -199,4 +224,32 @@ int spdl_ff_convert(const AVFrame *f, uint8_t *dst, int dst_stride, int dfmt) {
   int ret = sws_scale(sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dd, dl);
   sws_freeContext(sws);
   return ret == f->height ? 0 : AVERROR(EINVAL);
+}
+
+int spdl_ff_is_packed(const AVFrame *f, int dfmt) {
+  if (f->linesize[0] <= 0) return 0;  // bottom-up rows: convert instead
+  switch (f->format) {
+    case AV_PIX_FMT_RGB24:
+      return dfmt == SPDL_PK_RGB;
+    case AV_PIX_FMT_BGR24:
+      return dfmt == SPDL_PK_BGR;
+    case AV_PIX_FMT_GRAY8:
+      return dfmt == SPDL_PK_GRAY;
+    case AV_PIX_FMT_RGBA:
+      return dfmt == SPDL_PK_RGBA;
+  }
+  return 0;
+}
+
+int spdl_ff_is_gray(const AVFrame *f) {
+  switch (f->format) {
+    case AV_PIX_FMT_GRAY8:
+    case AV_PIX_FMT_GRAY16BE:
+    case AV_PIX_FMT_GRAY16LE:
+    case AV_PIX_FMT_YA8:
+    case AV_PIX_FMT_YA16BE:
+    case AV_PIX_FMT_YA16LE:
+      return 1;
+  }
+  return 0;
 }

@@ -26,14 +26,26 @@ const char *spdl_ff_probe(const uint8_t *data, int size, const char **long_name)
 int spdl_ff_decode(const char *decoder, const uint8_t *data, int size, int64_t max_pixels,
                    AVFrame **out);
 
-// spdl_ff_convert writes f's pixels as packed dfmt (SPDL_PK_RGB, _BGR or
-// _GRAY from kernels.h) into dst, rows dst_stride bytes apart. Packed RGB,
-// gray and palette frames are converted exactly (16-bit ones rounded to 8
-// bits, alpha dropped); others (YUV, planar RGB, ...) go through
-// libswscale (full range out; the frame's range and matrix in). dst must
-// have room for f->height rows of dst_stride bytes, and dst_stride must be
-// at least the row size rounded up to 64 (swscale may write whole vectors).
+// spdl_ff_convert writes f's pixels as packed dfmt (SPDL_PK_RGB, _BGR,
+// _GRAY or _RGBA from kernels.h) with ddepth-bit samples (8, or 16 in
+// native order) into dst, rows dst_stride bytes apart. Packed RGB, gray,
+// palette and 16-bit frames are converted exactly (spdl_px_convert's rules
+// in pngconv.h: 16-bit samples rounded to 8 bits, 8-bit ones widened by
+// 257, alpha kept for RGBA and made opaque where the frame has none);
+// others (YUV, planar RGB, ...) go through libswscale (full range out; the
+// frame's range and matrix in), at 8 bits then widened. dst must have room
+// for f->height rows of dst_stride bytes, and dst_stride must be at least
+// the row size rounded up to 64 (swscale may write whole vectors).
 // Returns 0 or an AVERROR code.
-int spdl_ff_convert(const AVFrame *f, uint8_t *dst, int dst_stride, int dfmt);
+int spdl_ff_convert(const AVFrame *f, uint8_t *dst, int dst_stride, int dfmt, int ddepth);
+
+// spdl_ff_is_packed reports whether f's pixels are already 8-bit packed
+// dfmt with top-down rows, so that they can be used without converting.
+int spdl_ff_is_packed(const AVFrame *f, int dfmt);
+
+// spdl_ff_is_gray reports whether f is a gray (or gray+alpha) frame that
+// spdl_ff_convert converts exactly: its colour output is the gray value
+// in every channel.
+int spdl_ff_is_gray(const AVFrame *f);
 
 #endif

@@ -11,6 +11,8 @@ static int spdl_frame_width(const AVFrame *f) { return f->width; }
 static int spdl_frame_height(const AVFrame *f) { return f->height; }
 static const char *spdl_frame_format(const AVFrame *f) { return av_get_pix_fmt_name(f->format); }
 static int spdl_averror(int e) { return AVERROR(e); }
+static uint8_t *spdl_frame_data(const AVFrame *f) { return f->data[0]; }
+static int spdl_frame_linesize(const AVFrame *f) { return f->linesize[0]; }
 */
 import "C"
 
@@ -67,17 +69,45 @@ func decodeFFmpeg(data []byte, decoder string, f format, o *DecodeOptions) (*ten
 	if err != nil {
 		return nil, err
 	}
+	mode := o.Mode
+	if !o.wide() && (mode == RGB || mode == BGR) && C.spdl_ff_is_gray(frame) != 0 {
+		// A gray picture in colour: resample its one channel, then
+		// replicate it over the output pixels only. The same values: the
+		// filter treats each channel alike.
+		t, err := ffPixels(frame, p, H, W, Gray, o)
+		if err != nil {
+			return nil, err
+		}
+		defer t.Release()
+		return convertTensor(t, Gray, mode, 8)
+	}
+	return ffPixels(frame, p, H, W, mode, o)
+}
+
+// ffPixels converts frame to mode's packed layout at o's depth and
+// applies the plan.
+func ffPixels(frame *C.AVFrame, p plan, H, W int, mode Mode, o *DecodeOptions) (*tensor.Tensor, error) {
+	c := mode.Channels()
+	if !o.wide() && C.spdl_ff_is_packed(frame, mode.packed()) != 0 {
+		// The frame already holds the output layout: resample (or copy)
+		// from it, saving a pass over the whole picture.
+		stride := int(C.spdl_frame_linesize(frame))
+		src := unsafe.Slice((*byte)(C.spdl_frame_data(frame)), stride*(H-1)+W*c)
+		return p.run(src, H, W, c, stride)
+	}
 	// swscale may write whole vectors: give each row slack, and one spare row.
-	c := o.Mode.Channels()
-	stride := (W*c + 63) &^ 63
+	stride := (W*c*o.depth()/8 + 63) &^ 63
 	scratch, err := tensor.New(tensor.UInt8, int64(H+1), int64(stride))
 	if err != nil {
 		return nil, err
 	}
 	defer scratch.Release()
 	buf := scratch.Bytes()
-	if rc := C.spdl_ff_convert(frame, (*C.uint8_t)(&buf[0]), C.int(stride), o.Mode.packed()); rc < 0 {
+	if rc := C.spdl_ff_convert(frame, (*C.uint8_t)(&buf[0]), C.int(stride), mode.packed(), C.int(o.depth())); rc < 0 {
 		return nil, fmt.Errorf("%w: converting %s pixels: %s", ErrUnsupported, C.GoString(C.spdl_frame_format(frame)), averror(rc))
+	}
+	if o.wide() {
+		return p.runWide(buf, H, W, c, stride)
 	}
 	return p.run(buf, H, W, c, stride)
 }

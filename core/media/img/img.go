@@ -5,6 +5,7 @@ package img
 #cgo pkg-config: libturbojpeg libavcodec libavformat libavutil libswscale
 #cgo LDFLAGS: -lm
 #include "kernels.h"
+#include "pngconv.h"
 */
 import "C"
 
@@ -38,9 +39,10 @@ const (
 	RGB  Mode = iota // (H, W, 3), R G B
 	BGR              // (H, W, 3), B G R (OpenCV's order)
 	Gray             // (H, W, 1), ITU-R 601-2 luma
+	RGBA             // (H, W, 4), R G B A; alpha 255 (65535) where the image has none
 )
 
-// ParseMode reads "rgb", "bgr" or "gray".
+// ParseMode reads "rgb", "bgr", "gray" or "rgba".
 func ParseMode(s string) (Mode, error) {
 	switch s {
 	case "rgb", "RGB":
@@ -49,14 +51,26 @@ func ParseMode(s string) (Mode, error) {
 		return BGR, nil
 	case "gray", "grey", "L":
 		return Gray, nil
+	case "rgba", "RGBA":
+		return RGBA, nil
 	}
-	return 0, fmt.Errorf("mode %q is not one of \"rgb\", \"bgr\", \"gray\"", s)
+	return 0, fmt.Errorf("mode %q is not one of \"rgb\", \"bgr\", \"gray\", \"rgba\"", s)
+}
+
+func (m Mode) String() string {
+	if m < RGB || m > RGBA {
+		return fmt.Sprintf("Mode(%d)", int(m))
+	}
+	return [...]string{"rgb", "bgr", "gray", "rgba"}[m]
 }
 
 // Channels is C of the (H, W, C) tensors of this mode.
 func (m Mode) Channels() int {
-	if m == Gray {
+	switch m {
+	case Gray:
 		return 1
+	case RGBA:
+		return 4
 	}
 	return 3
 }
@@ -67,6 +81,8 @@ func (m Mode) packed() C.int {
 		return C.SPDL_PK_BGR
 	case Gray:
 		return C.SPDL_PK_GRAY
+	case RGBA:
+		return C.SPDL_PK_RGBA
 	}
 	return C.SPDL_PK_RGB
 }
@@ -187,6 +203,54 @@ func (p plan) run(src []byte, h, w, c, stride int) (*tensor.Tensor, error) {
 	if rc != 0 {
 		out.Release()
 		return nil, errors.New("out of memory resizing")
+	}
+	return out, nil
+}
+
+// runWide applies p to 16-bit src (h rows of w*c samples, stride bytes
+// apart) and returns a new uint16 (outH, outW, c) tensor. Only plans that
+// select pixels (a centre crop, or none) are taken: DecodeOptions.Validate
+// refuses the others for uint16.
+func (p plan) runWide(src []byte, h, w, c, stride int) (*tensor.Tensor, error) {
+	fy, okY := p.y.copies()
+	fx, okX := p.x.copies()
+	if !okY || !okX || p.flip {
+		return nil, errors.New("uint16 images cannot be resized or flipped")
+	}
+	out, err := tensor.New(tensor.UInt16, int64(p.outH()), int64(p.outW()), int64(c))
+	if err != nil {
+		return nil, err
+	}
+	dst := out.Bytes()
+	row := p.outW() * c * 2
+	for y := range p.outH() {
+		s := (fy+y)*stride + fx*c*2
+		copy(dst[y*row:(y+1)*row], src[s:s+row])
+	}
+	return out, nil
+}
+
+// convertTensor converts an 8-bit (H, W, C) image of mode from into a new
+// tensor of mode to with depth-bit samples (pngconv.h's rules).
+func convertTensor(t *tensor.Tensor, from, to Mode, depth int) (*tensor.Tensor, error) {
+	shape := t.Shape()
+	h, w := shape[0], shape[1]
+	dt := tensor.UInt8
+	if depth == 16 {
+		dt = tensor.UInt16
+	}
+	out, err := tensor.New(dt, h, w, int64(to.Channels()))
+	if err != nil {
+		return nil, err
+	}
+	if h == 0 || w == 0 {
+		return out, nil
+	}
+	if C.spdl_px_convert((*C.uint8_t)(t.Data()), C.int64_t(w)*C.int64_t(from.Channels()), from.packed(), 8, 0, nil,
+		(*C.uint8_t)(out.Data()), C.int64_t(w)*C.int64_t(to.Channels()*depth/8), to.packed(), C.int(depth),
+		C.int32_t(h), C.int32_t(w)) != 0 {
+		out.Release()
+		return nil, fmt.Errorf("cannot convert %v pixels to %v", from, to)
 	}
 	return out, nil
 }

@@ -46,6 +46,18 @@ func newDecodeOp(m map[string]any) (ops.Op, error) {
 	if op.opts.Mode, err = ParseMode(mode); err != nil {
 		return nil, err
 	}
+	dtype, err := o.String("dtype", "uint8")
+	if err != nil {
+		return nil, err
+	}
+	switch dtype {
+	case "uint8":
+		op.opts.DType = tensor.UInt8
+	case "uint16":
+		op.opts.DType = tensor.UInt16
+	default:
+		return nil, fmt.Errorf("option \"dtype\" must be \"uint8\" or \"uint16\", not %q", dtype)
+	}
 	if op.opts.MaxPixels, err = o.Int("max_pixels", DefaultMaxPixels); err != nil {
 		return nil, err
 	}
