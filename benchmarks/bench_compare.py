@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -60,6 +61,11 @@ DL_WORKERS = (0, 1, 2, 4)
 # --------------------------------------------------------------------------
 
 
+# The auto run's tuner decisions (spdl_go_loader fills it; the worker
+# returns it with the run's figures).
+TUNING: list[str] = []
+
+
 def spdl_go_loader(items, concurrency):
     from bench_image import image_pipeline, to_array
 
@@ -67,6 +73,10 @@ def spdl_go_loader(items, concurrency):
     try:
         for images, labels in p:
             yield to_array(images), to_array(labels)
+        if concurrency == "auto":
+            s = p.stats().stages[0]
+            TUNING.extend(t.format() for t in s.tuning_log)
+            TUNING.append(f"ended at concurrency {s.concurrency}: {s.tuning}")
     finally:
         p.close()
 
@@ -238,7 +248,10 @@ def worker(kind: str, param: str, n_images: int) -> dict:
         assert shp[0] == labels.shape[0]
         return shp[0]
 
-    return harness.measure(loader(kind, param, items), count, len(items))
+    r = harness.measure(loader(kind, param, items), count, len(items))
+    if TUNING:
+        r["tuning"] = TUNING
+    return r
 
 
 def best(rows: dict, prefix: str) -> str | None:
@@ -246,9 +259,12 @@ def best(rows: dict, prefix: str) -> str | None:
     return max(names, key=lambda n: rows[n]["items_per_s"]) if names else None
 
 
-def ratios(rows: dict) -> dict:
+def ratios(rows: dict, runs: dict | None = None) -> dict:
     """spdl-go's default configuration (one decode thread per core) and its
-    auto configuration against the best configuration of each anchor."""
+    auto configuration against the best configuration of each anchor; with
+    ``runs``, also auto against the best hand-tuned configuration round by
+    round (the two ran a few seconds apart, so a change in the machine's
+    load between rounds cancels out), the median of those ratios."""
     out: dict = {}
     ours = f"spdl-go c={CORES}"
     go = rows.get(ours)
@@ -270,6 +286,10 @@ def ratios(rows: dict) -> dict:
     if hand and "spdl-go auto" in rows:
         out["spdl_go_best_hand_tuned"] = hand
         out["auto_vs_best_hand_tuned"] = rows["spdl-go auto"]["items_per_s"] / rows[hand]["items_per_s"]
+        if runs and len(runs.get("spdl-go auto", [])) == len(runs.get(hand, [])):
+            per = [a["items_per_s"] / h["items_per_s"] for a, h in zip(runs["spdl-go auto"], runs[hand], strict=True)]
+            out["auto_vs_best_hand_tuned_per_round"] = per
+            out["auto_vs_best_hand_tuned_paired"] = statistics.median(per)
     return out
 
 
@@ -296,6 +316,9 @@ def print_ratios(r: dict) -> None:
             f"spdl-go auto vs best hand-tuned ({r['spdl_go_best_hand_tuned']}): "
             f"x{r['auto_vs_best_hand_tuned']:.2f} (target >= 0.95)"
         )
+    if "auto_vs_best_hand_tuned_paired" in r:
+        per = ", ".join(f"{x:.2f}" for x in r["auto_vs_best_hand_tuned_per_round"])
+        print(f"  round by round: {per}; median x{r['auto_vs_best_hand_tuned_paired']:.2f}")
 
 
 def main() -> None:
@@ -339,8 +362,12 @@ def main() -> None:
         f"{CORES} cores, median of {args.repeat} run(s)\n"
     )
     print(harness.markdown_table(rows, "img", skipped))
-    r = ratios(rows)
+    r = ratios(rows, runs)
     print_ratios(r)
+    for i, run in enumerate(runs.get("spdl-go auto", [])):
+        print(f"\nspdl-go auto, run {i + 1}: the tuner's decisions (stats().stages[0].tuning_log)")
+        for line in run.get("tuning", []):
+            print(f"  {line}")
 
     meta = {
         "benchmark": "image",

@@ -179,6 +179,18 @@ func TestAutoConcurrency(t *testing.T) {
 				if s.per[i] > tc.maxSeen[i] {
 					t.Errorf("stage %s reached concurrency %d, want <= %d (%s)", ss.Name, s.per[i], tc.maxSeen[i], ss.Tuning)
 				}
+				// The log explains the end state: each decision starts
+				// where the last ended, within the ceiling, with a reason
+				// and the window it measured.
+				if len(ss.TuningLog) == 0 || ss.TuningLog[len(ss.TuningLog)-1].To != ss.Concurrency {
+					t.Errorf("stage %s: tuning log %+v does not end at concurrency %d", ss.Name, ss.TuningLog, ss.Concurrency)
+				}
+				for j, d := range ss.TuningLog {
+					if (j > 0 && d.From != ss.TuningLog[j-1].To) || d.To < 1 || d.To > 8 || d.Reason == "" || d.ItemsPerS <= 0 || d.Busy < 0 || d.Busy > 1 {
+						t.Errorf("stage %s: tuning log entry %d inconsistent: %+v", ss.Name, j, ss.TuningLog)
+						break
+					}
+				}
 				// The gate lets no more ops run than the stage's ceiling.
 				if m := ops[i].max.Load(); m > 8 {
 					t.Errorf("stage %s: %d ops ran at once, ceiling 8", ss.Name, m)

@@ -114,13 +114,19 @@
 //
 // A pipe stage with AutoConcurrency starts MaxConcurrency workers and lets
 // a tuner decide how many of them work: it starts from Concurrency (by
-// default the stage's share of Config.CPUBudget), measures the stage's
-// throughput over windows of at least Config.TuneInterval, adds a worker
-// while each addition raises the throughput by 5% or more and the workers
-// are busy, and removes one while that costs less than 5% or the workers
-// idle half the time. All auto stages together stay within the budget.
-// The choice carries over to the next epoch and is re-checked every 30
-// windows. Stats reports it (Concurrency, Auto, MaxConcurrency, Tuning). A
+// default the stage's share of Config.CPUBudget). In its first short window
+// (an eighth of Config.TuneInterval) a stage whose busy workers use as much
+// CPU as they are busy (a CPU-bound op) jumps to fill the cores the process
+// leaves idle; a guess is taken back only after two windows that each lose
+// 10%. Otherwise it measures throughput over windows of at least
+// Config.TuneInterval, adds workers (+1, +1, +2, +4, ...) while each step
+// raises the throughput by 5% or more and the workers are busy, and removes
+// workers while that costs less than 5% or they idle half the time. All
+// auto stages together stay within the budget. The choice carries over to
+// the next epoch and is re-checked after 30 windows, less often (up to 240)
+// while re-checks change nothing. Stats reports it (Concurrency, Auto,
+// MaxConcurrency, Tuning, and TuningLog: the last 32 decisions with their
+// reason and measured rate). A
 // gate token per item costs about 100 ns, which is small next to the
 // decode-sized ops this is meant for.
 //

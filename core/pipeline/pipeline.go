@@ -629,10 +629,7 @@ func (p *Pipeline) Stats() Stats {
 			st.Stages[i].OpStats = r.OpStats()
 		}
 		if t := s.tuner; t != nil {
-			p.tuneMu.Lock()
-			st.Stages[i].Concurrency, st.Stages[i].Tuning = t.limit, t.status
-			p.tuneMu.Unlock()
-			st.Stages[i].Auto, st.Stages[i].MaxConcurrency = true, t.max
+			p.report(t, &st.Stages[i])
 		}
 	}
 	if len(p.stages) == 0 {

@@ -55,6 +55,22 @@ type StageStats struct {
 	LatencyP99Ns int64   `json:"latency_p99_ns"`
 	ItemsPerS    float64 `json:"items_per_s"`   // ItemsOut / elapsed
 	BusyFraction float64 `json:"busy_fraction"` // BusyNs / (elapsed * Concurrency), in [0, 1]
+
+	// TuningLog is an auto stage's last 32 tuner decisions, oldest first.
+	TuningLog []TuneStep `json:"tuning_log,omitempty"`
+}
+
+// TuneStep is one decision of an auto stage's tuner (autotune.go) and the
+// window it rests on.
+type TuneStep struct {
+	AtNs      int64   `json:"at_ns"` // since its epoch started
+	Epoch     int     `json:"epoch"`
+	From      int     `json:"from"` // concurrency before
+	To        int     `json:"to"`   // and after
+	Reason    string  `json:"reason"`
+	ItemsPerS float64 `json:"items_per_s"` // the stage's throughput in the window
+	Busy      float64 `json:"busy"`        // its workers' busy fraction in the window
+	CPU       float64 `json:"cpu"`         // cores the process used in the window; -1 if unknown
 }
 
 // SinkStats describe the prefetch buffer that Next reads.

@@ -17,7 +17,50 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Bottleneck", "PipelineStats", "StageStats"]
+__all__ = ["Bottleneck", "PipelineStats", "StageStats", "TuneStep"]
+
+
+@dataclass(frozen=True)
+class TuneStep:
+    """One decision of a ``concurrency="auto"`` stage's tuner, with the
+    measurement window it rests on."""
+
+    at_s: float
+    """Seconds since the epoch started."""
+    epoch: int
+    """The epoch it was made in (1 for the first)."""
+    from_concurrency: int
+    """The stage's concurrency before."""
+    to_concurrency: int
+    """And after (the same where the tuner kept it)."""
+    reason: str
+    """Why, in words, e.g. "first guess: CPU-bound op (process at 1.2 of 2 cores), fill the idle cores"."""
+    items_per_s: float
+    """The stage's throughput in the window."""
+    busy: float
+    """Its workers' busy fraction in the window, in [0, 1]."""
+    cpu: float
+    """Cores the whole process used in the window (-1 if unknown)."""
+
+    @classmethod
+    def _from(cls, d: dict[str, Any]) -> TuneStep:
+        return cls(
+            at_s=int(d.get("at_ns", 0)) / 1e9,
+            epoch=int(d.get("epoch", 0)),
+            from_concurrency=int(d.get("from", 0)),
+            to_concurrency=int(d.get("to", 0)),
+            reason=d.get("reason", "") or "",
+            items_per_s=float(d.get("items_per_s", 0.0)),
+            busy=float(d.get("busy", 0.0)),
+            cpu=float(d.get("cpu", -1.0)),
+        )
+
+    def format(self) -> str:
+        cpu = f", process {self.cpu:.1f} cores" if self.cpu >= 0 else ""
+        return (
+            f"epoch {self.epoch} +{self.at_s:.3f}s: {self.from_concurrency} -> {self.to_concurrency}: {self.reason} "
+            f"({self.items_per_s:,.0f} items/s, workers {self.busy:.0%} busy{cpu})"
+        )
 
 
 @dataclass(frozen=True)
@@ -66,6 +109,9 @@ class StageStats:
     """With ``auto``, the most threads the tuner may give the stage."""
     tuning: str = ""
     """The tuner's state in words, e.g. "settled at 2 (812 items/s, workers 97% busy)"."""
+    tuning_log: list[TuneStep] = field(default_factory=list)
+    """With ``auto``, the tuner's last 32 decisions, oldest first: how it
+    reached ``concurrency``."""
     op_stats: dict[str, int] = field(default_factory=dict)
     """The op's own counters, e.g. ``read_file``'s cache: cache_memory_hits,
     cache_disk_hits, cache_misses, cache_memory_bytes, cache_disk_bytes,
@@ -95,6 +141,7 @@ class StageStats:
             auto=bool(d.get("auto", False)),
             max_concurrency=int(d.get("max_concurrency", 0)),
             tuning=d.get("tuning", "") or "",
+            tuning_log=[TuneStep._from(t) for t in d.get("tuning_log") or []],
             op_stats={k: int(v) for k, v in (d.get("op_stats") or {}).items()},
         )
 
@@ -187,6 +234,7 @@ class PipelineStats:
         for s in [self.source, *self.stages]:
             if s.auto:
                 lines.append(f"  {s.name}: concurrency auto (max {s.max_concurrency}): {s.tuning}")
+                lines.extend(f"    {t.format()}" for t in s.tuning_log[-8:])
             if s.op_stats:
                 lines.append(f"  {s.name}: " + ", ".join(f"{k} {v:,}" for k, v in sorted(s.op_stats.items())))
         lines.append(f"  sink buffer {self.sink_len}/{self.sink_cap} (mean {self.sink_mean_occupancy:.0%} full)")
