@@ -126,9 +126,8 @@
 // the next epoch and is re-checked after 30 windows, less often (up to 240)
 // while re-checks change nothing. Stats reports it (Concurrency, Auto,
 // MaxConcurrency, Tuning, and TuningLog: the last 32 decisions with their
-// reason and measured rate). A
-// gate token per item costs about 100 ns, which is small next to the
-// decode-sized ops this is meant for.
+// reason and measured rate). A gate token per item costs about 100 ns,
+// which is small next to the decode-sized ops this is meant for.
 //
 // # Cost
 //
