@@ -31,7 +31,14 @@ typedef struct spdl_audio spdl_audio;
 /* out_rate and out_channels of 0 take the first frame's. max_bytes bounds
  * the output (all channels). Returns NULL when out of memory. */
 spdl_audio *spdl_audio_new(int out_rate, int out_channels, int64_t max_bytes);
+/* Frees the converter; its resampler goes to a small process-wide cache
+ * of idle ones, which later converters with the same input and output
+ * take instead of building a new one. */
 void spdl_audio_free(spdl_audio *a);
+/* Frees the cached resamplers (tests: a fresh resampler for each decode). */
+void spdl_audio_cache_clear(void);
+/* How many resamplers are cached. */
+int spdl_audio_cache_len(void);
 
 /* Fixes the output rate and channel layout from the first frame (if the
  * constructor left them to it). Later frames are converted to them. */
