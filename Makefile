@@ -202,11 +202,12 @@ bench-ft: setup install setup-ft install-ft
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_freethreading.py --json $(CURDIR)/benchmarks/results/freethreading-$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])').json
 	cd /tmp && PYTHON_GIL=0 $(PYFT) $(CURDIR)/benchmarks/bench_freethreading.py --json $(CURDIR)/benchmarks/results/freethreading-$(FT_VERSION)t.json
 
-## bench-media: audio and video side by side with their anchors
+## bench-media: audio, video and large mixed images side by side with their anchors
 bench-media: setup install
 	$(PY) -m pip install -q --disable-pip-version-check $(BENCH_PIP)
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_audio.py --json $(CURDIR)/benchmarks/results/audio.json
 	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_video.py --json $(CURDIR)/benchmarks/results/video.json
+	cd /tmp && $(PY) $(CURDIR)/benchmarks/bench_large_images.py --json $(CURDIR)/benchmarks/results/large_images.json
 
 ## gpu-bundle: .gpu/libspdl.so without FFmpeg or libjpeg (it needs only libc), to carry
 ## to a GPU machine that has PyTorch but not Debian's media libraries
