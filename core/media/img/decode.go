@@ -3,7 +3,6 @@ package img
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/spdl-go/spdl-go/core/media/av"
 	"github.com/spdl-go/spdl-go/core/tensor"
@@ -93,10 +92,11 @@ func (o *DecodeOptions) plan(h, w int) (plan, error) {
 
 // DecodeFile reads and decodes the image at path; see Decode.
 func DecodeFile(path string, o DecodeOptions) (*tensor.Tensor, error) {
-	data, err := os.ReadFile(path)
+	data, release, err := readFilePooled(path)
 	if err != nil {
 		return nil, &av.Error{Source: path, Op: "decode", Err: err}
 	}
+	defer release()
 	return Decode(data, path, o)
 }
 
