@@ -215,6 +215,8 @@ def decode_video(
     size: tuple[int, int] | None = None,
     short_side: int | None = None,
     interpolation: str | None = None,
+    apply_rotation: bool | None = None,
+    apply_sar: bool | None = None,
     threads: int | None = None,
     max_frames: int | None = None,
     max_pixels: int | None = None,
@@ -223,7 +225,10 @@ def decode_video(
     output_key: str | None = None,
 ) -> NativeOp:
     """Decodes frames of a video (H.264, HEVC, VP8/9, AV1, MPEG-4, ...) into a
-    uint8 tensor (T, H, W, C), decoding only up to the last frame it keeps.
+    uint8 tensor (T, H, W, C), decoding only what the frames it keeps need:
+    it stops after the last, skips frames nothing shown references, and
+    jumps over keyframes to the next frame it needs; the frames are the
+    same as a straight decode's.
 
     Choose frames with at most one of ``indices`` (in the order given),
     ``fps`` (a rate over the span) or ``num_frames`` (evenly spaced over the
@@ -234,6 +239,15 @@ def decode_video(
         mode: "rgb" (default), "bgr" or "gray" (C=1).
         size: Output (height, width); or ``short_side`` to keep the aspect.
         interpolation: "bilinear" (default), "area", "bicubic", "nearest".
+        apply_rotation: Turn frames as the stream's display matrix says (a
+            phone video's rotation, 90/180/270 degrees; FFmpeg's CLI calls
+            it autorotate); ``size``/``short_side`` then apply to the turned
+            frame. Default False: frames as coded, as SPDL and torchvision
+            return them. ``spdl_go.media.probe`` shows a stream's
+            ``rotation``.
+        apply_sar: Stretch the width by the sample aspect ratio (non-square
+            pixels; probe's ``sample_aspect_ratio``), giving the display
+            shape. Default False.
         threads: Decoder threads per video (default 1; pipelines decode
             several videos at once).
         max_frames: Refuse to return more frames (default 4096).
@@ -261,6 +275,8 @@ def decode_video(
             size=list(size) if size is not None else None,
             short_side=short_side,
             interpolation=interpolation,
+            apply_rotation=apply_rotation,
+            apply_sar=apply_sar,
             threads=threads,
             max_frames=max_frames,
             max_pixels=max_pixels,
@@ -341,6 +357,7 @@ def read_file(
 def decode_image(
     *,
     mode: str | None = None,
+    dtype: str | None = None,
     size: Size | None = None,
     short_side: int | None = None,
     interpolation: str | None = None,
@@ -355,7 +372,7 @@ def decode_image(
     output_key: str | None = None,
     name_key: str | None = None,
 ) -> NativeOp:
-    """Decodes an image (path or bytes) into a uint8 tensor (H, W, C).
+    """Decodes an image (path or bytes) into a uint8 (or uint16) tensor (H, W, C).
 
     JPEG goes through libjpeg-turbo, decoding at 1/2, 1/4 or 1/8 scale in
     the DCT domain when the target is that much smaller; PNG, WebP, BMP, GIF
@@ -363,7 +380,14 @@ def decode_image(
     given here are fused with decoding: only the output pixels are computed.
 
     Args:
-        mode: "rgb" (default), "bgr" or "gray" (C=1).
+        mode: "rgb" (default), "bgr", "gray" (C=1) or "rgba" (C=4: the
+            image's alpha, or 255 for images without one, such as JPEGs).
+            Other modes drop alpha.
+        dtype: "uint8" (default; 16-bit images are rounded, v * 255 / 65535)
+            or "uint16": 16-bit PNG, TIFF and PNM keep all their bits and
+            8-bit images are widened (v * 257), so a mixed set batches into
+            one dtype. uint16 takes ``crop="center"`` but no resize: resize
+            in floating point after decoding.
         size: Resize to (height, width); or ``short_side`` keeping the aspect.
         interpolation: "bilinear" (default), "area" or "nearest".
         crop: "center" or "random_resized" (torchvision's RandomResizedCrop,
@@ -381,6 +405,7 @@ def decode_image(
             key,
             output_key,
             mode=mode,
+            dtype=dtype,
             size=_size(size),
             short_side=short_side,
             interpolation=interpolation,

@@ -230,12 +230,23 @@ func (in *Input) Close() {
 	}
 }
 
-// Stream returns the first stream of the given type.
+// Stream returns the first stream of the given type. For video, pictures
+// attached to the file (an MP3's or M4A's cover art, which FFmpeg shows as
+// a one-frame video stream) do not count.
 func (in *Input) Stream(mt astiav.MediaType) (*astiav.Stream, error) {
+	covers := 0
 	for _, s := range in.FC.Streams() {
-		if s.CodecParameters().MediaType() == mt {
-			return s, nil
+		if s.CodecParameters().MediaType() != mt {
+			continue
 		}
+		if mt == astiav.MediaTypeVideo && AttachedPicture(s) {
+			covers++
+			continue
+		}
+		return s, nil
+	}
+	if covers > 0 {
+		return nil, Errorf(in.src, "open", "no %s stream: its only picture is attached cover art (an audio file?)", mt)
 	}
 	return nil, Errorf(in.src, "open", "no %s stream", mt)
 }

@@ -11,14 +11,27 @@ import (
 // Decoder decodes one stream of an Input, frame by frame. It is not safe
 // for concurrent use; Close frees it (the Input stays open).
 type Decoder struct {
-	CC      *astiav.CodecContext
-	Stream  *astiav.Stream
-	in      *Input
-	pkt     *astiav.Packet
-	frame   *astiav.Frame
-	sent    bool // the end-of-stream flush packet went to the decoder
-	done    bool
-	threads int
+	CC     *astiav.CodecContext
+	Stream *astiav.Stream
+	in     *Input
+	frame  *astiav.Frame
+	sent   bool // the end-of-stream flush packet went to the decoder
+	done   bool
+
+	// Skip, if set, is asked about each packet of the stream before it is
+	// sent, with the packets read ahead of it (DecoderOptions.Lookahead;
+	// they follow it in decoding order). true lets the codec drop the
+	// packet's frame if no other frame references it (FFmpeg's
+	// AVDISCARD_NONREF, for that packet only): such a frame is never
+	// returned. The packets are the Decoder's, valid during the call.
+	Skip func(pkt *astiav.Packet, ahead []*astiav.Packet) bool
+
+	lookahead int
+	queue     []*astiav.Packet // stream packets read ahead, in order
+	spare     []*astiav.Packet // empty packets to read into
+	readErr   error            // why reading ahead stopped (io.EOF at the end)
+	skipping  bool             // skip_frame is NONREF now
+	fedDTS    int64            // decoding timestamp of the last packet sent
 }
 
 // DecoderOptions tune OpenDecoder.
@@ -26,6 +39,9 @@ type DecoderOptions struct {
 	// Threads for the codec; 0 lets FFmpeg choose. Pipelines decode many
 	// items at once, so 1 is usually best for images and audio.
 	Threads int
+	// Lookahead is how many packets of the stream to read ahead of the
+	// one being sent, for Decoder.Skip to look at; 0 reads none ahead.
+	Lookahead int
 }
 
 // OpenDecoder opens a decoder for st.
@@ -35,7 +51,7 @@ func (in *Input) OpenDecoder(st *astiav.Stream, opts DecoderOptions) (d *Decoder
 	if codec == nil {
 		return nil, Errorf(in.src, "open", "no decoder for codec %q in this FFmpeg build", par.CodecID().Name())
 	}
-	d = &Decoder{Stream: st, in: in}
+	d = &Decoder{Stream: st, in: in, lookahead: max(opts.Lookahead, 0), fedDTS: astiav.NoPtsValue}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -48,15 +64,13 @@ func (in *Input) OpenDecoder(st *astiav.Stream, opts DecoderOptions) (d *Decoder
 	if err = par.ToCodecContext(d.CC); err != nil {
 		return d, wrap(in.src, "open", fmt.Errorf("%s decoder parameters: %w", codec.Name(), err))
 	}
-	d.threads = opts.Threads
 	d.CC.SetThreadCount(opts.Threads)
 	if err = d.CC.Open(codec, nil); err != nil {
 		return d, wrap(in.src, "open", fmt.Errorf("opening the %s decoder: %w", codec.Name(), err))
 	}
-	d.pkt = astiav.AllocPacket()
 	d.frame = astiav.AllocFrame()
-	if d.pkt == nil || d.frame == nil {
-		return d, Errorf(in.src, "open", "out of memory allocating a packet or frame")
+	if d.frame == nil {
+		return d, Errorf(in.src, "open", "out of memory allocating a frame")
 	}
 	return d, nil
 }
@@ -93,54 +107,82 @@ func (d *Decoder) Next() (*astiav.Frame, error) {
 
 // feed sends the next packet of this stream (or the final flush) to the decoder.
 func (d *Decoder) feed() error {
-	for {
-		d.pkt.Unref()
-		err := d.in.FC.ReadFrame(d.pkt)
-		if errors.Is(err, astiav.ErrEof) || errors.Is(err, io.EOF) {
-			d.sent = true
-			if err := d.CC.SendPacket(nil); err != nil && !errors.Is(err, astiav.ErrEof) {
-				return wrap(d.in.src, "decode", err)
-			}
-			return nil
+	d.fill()
+	if len(d.queue) == 0 {
+		if !errors.Is(d.readErr, io.EOF) {
+			return wrap(d.in.src, "read", d.readErr)
 		}
-		if err != nil {
-			return wrap(d.in.src, "read", err)
-		}
-		if d.pkt.StreamIndex() != d.Stream.Index() {
-			continue
-		}
-		err = d.CC.SendPacket(d.pkt)
-		d.pkt.Unref()
-		if err != nil && !errors.Is(err, astiav.ErrEagain) {
+		d.sent = true
+		if err := d.CC.SendPacket(nil); err != nil && !errors.Is(err, astiav.ErrEof) {
 			return wrap(d.in.src, "decode", err)
 		}
 		return nil
 	}
+	pkt := d.queue[0]
+	d.queue = d.queue[1:]
+	defer func() {
+		pkt.Unref()
+		d.spare = append(d.spare, pkt)
+	}()
+	if skip := d.Skip != nil && d.Skip(pkt, d.queue); skip != d.skipping {
+		// skip_frame is read when the packet is decoded, which
+		// avcodec_send_packet does at once: the decoder has no frame
+		// waiting (Next only feeds after receive_frame said EAGAIN).
+		d.skipping = skip
+		level := DiscardDefault
+		if skip {
+			level = DiscardNonRef
+		}
+		setSkipFrame(d.CC, level)
+	}
+	d.fedDTS = pkt.Dts()
+	if err := d.CC.SendPacket(pkt); err != nil && !errors.Is(err, astiav.ErrEagain) {
+		return wrap(d.in.src, "decode", err)
+	}
+	return nil
 }
 
-// Flush drops buffered frames and resets the decoder, after a seek. (The
-// go-astiav release that builds against FFmpeg 5.1 has no
-// avcodec_flush_buffers, so the codec context is reopened; that costs
-// about as much as opening the stream's decoder, once per seek.)
+// fill reads packets of the stream until Lookahead are queued behind the
+// next one, or reading ends (readErr says why).
+func (d *Decoder) fill() {
+	for d.readErr == nil && len(d.queue) <= d.lookahead {
+		var p *astiav.Packet
+		if n := len(d.spare); n > 0 {
+			p, d.spare = d.spare[n-1], d.spare[:n-1]
+		} else if p = astiav.AllocPacket(); p == nil {
+			d.readErr = errors.New("out of memory allocating a packet")
+			return
+		}
+		err := d.in.FC.ReadFrame(p)
+		switch {
+		case errors.Is(err, astiav.ErrEof) || errors.Is(err, io.EOF):
+			d.readErr = io.EOF
+		case err != nil:
+			d.readErr = err
+		case p.StreamIndex() == d.Stream.Index():
+			d.queue = append(d.queue, p)
+			continue
+		}
+		p.Unref()
+		d.spare = append(d.spare, p)
+	}
+}
+
+// FedDTS is the decoding timestamp of the last packet sent to the codec
+// (astiav.NoPtsValue before the first, and after Flush).
+func (d *Decoder) FedDTS() int64 { return d.fedDTS }
+
+// Flush drops buffered frames and packets read ahead and resets the
+// decoder, after a seek.
 func (d *Decoder) Flush() error {
 	d.frame.Unref()
 	d.sent, d.done = false, false
-	codec := astiav.FindDecoder(d.Stream.CodecParameters().CodecID())
-	cc := astiav.AllocCodecContext(codec)
-	if cc == nil {
-		return Errorf(d.in.src, "seek", "out of memory reopening the decoder")
+	for _, p := range d.queue {
+		p.Unref()
+		d.spare = append(d.spare, p)
 	}
-	if err := d.Stream.CodecParameters().ToCodecContext(cc); err != nil {
-		cc.Free()
-		return wrap(d.in.src, "seek", err)
-	}
-	cc.SetThreadCount(d.threads)
-	if err := cc.Open(codec, nil); err != nil {
-		cc.Free()
-		return wrap(d.in.src, "seek", err)
-	}
-	d.CC.Free()
-	d.CC = cc
+	d.queue, d.readErr, d.fedDTS = d.queue[:0], nil, astiav.NoPtsValue
+	flushBuffers(d.CC)
 	return nil
 }
 
@@ -150,10 +192,10 @@ func (d *Decoder) Close() {
 		d.frame.Free()
 		d.frame = nil
 	}
-	if d.pkt != nil {
-		d.pkt.Free()
-		d.pkt = nil
+	for _, p := range append(d.queue, d.spare...) {
+		p.Free()
 	}
+	d.queue, d.spare = nil, nil
 	if d.CC != nil {
 		d.CC.Free()
 		d.CC = nil

@@ -125,3 +125,25 @@ int spdl_video_convert(spdl_video *v, const AVFrame *f, uint8_t *dst, int dst_w,
 int64_t spdl_video_frame_ts(const AVFrame *f) {
 	return f->best_effort_timestamp;
 }
+
+void spdl_video_rotate(const uint8_t *src, int w, int h, int channels, int degrees, uint8_t *dst) {
+	size_t c = (size_t)channels;
+	for (int y = 0; y < h; y++) {
+		const uint8_t *row = src + (size_t)y * w * c;
+		for (int x = 0; x < w; x++) {
+			size_t o;
+			switch (degrees) {
+			case 90: /* (x, y) goes to column h-1-y of row x, in rows of h */
+				o = ((size_t)x * h + (h - 1 - y)) * c;
+				break;
+			case 270: /* to column y of row w-1-x */
+				o = ((size_t)(w - 1 - x) * h + y) * c;
+				break;
+			default: /* 180 */
+				o = ((size_t)(h - 1 - y) * w + (w - 1 - x)) * c;
+				break;
+			}
+			memcpy(dst + o, row + x * c, c);
+		}
+	}
+}

@@ -37,6 +37,11 @@ void spdl_video_free(spdl_video *v);
  * buffer and is copied. */
 int spdl_video_convert(spdl_video *v, const AVFrame *f, uint8_t *dst, int dst_w, int dst_h, int channels, size_t room);
 
+/* Turns the packed image src (w x h pixels of `channels` bytes, no row
+ * padding) clockwise by degrees (90, 180 or 270) into dst, which holds
+ * h x w pixels for 90 and 270 and w x h for 180. */
+void spdl_video_rotate(const uint8_t *src, int w, int h, int channels, int degrees, uint8_t *dst);
+
 /* The frame's best-effort presentation timestamp (AV_NOPTS_VALUE if none). */
 int64_t spdl_video_frame_ts(const AVFrame *f);
 

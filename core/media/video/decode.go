@@ -34,16 +34,27 @@ func Decode(ctx context.Context, src av.Source, opts Options) (*tensor.Tensor, e
 // decode is Decode that also says how many frames the decoder returned
 // (tests check that seeking skips work).
 func decode(ctx context.Context, src av.Source, opts Options) (*tensor.Tensor, int64, error) {
+	t, st, err := decodeStats(ctx, src, opts)
+	return t, st.decoded, err
+}
+
+// stats are what one Decode call did, for the op's counters.
+type stats struct {
+	decoded int64 // frames the codec returned
+	frames  int64 // frames in the video, as far as known (0 if not)
+}
+
+func decodeStats(ctx context.Context, src av.Source, opts Options) (*tensor.Tensor, stats, error) {
 	if err := opts.Validate(); err != nil {
-		return nil, 0, av.Errorf(src, "decode video", "%v", err)
+		return nil, stats{}, av.Errorf(src, "decode video", "%v", err)
 	}
 	d, err := newDecoder(src, &opts)
 	if err != nil {
-		return nil, 0, err
+		return nil, stats{}, err
 	}
 	defer d.close()
 	t, err := d.run(ctx)
-	return t, d.seq, err
+	return t, stats{decoded: d.seq, frames: d.n}, err
 }
 
 // How far a frame count is to be trusted.
@@ -72,6 +83,8 @@ type decoder struct {
 	n      int64   // frame count; see nKind
 	nKind  countKind
 	noSeek bool // timestamps are missing: count frames from the start instead
+	// onlyFromStart: the stream ended early after a seek; decode from the start.
+	onlyFromStart bool
 
 	// Where decoding stands.
 	fromStart bool  // decoding began at the stream start (opened, not seeked)
@@ -82,18 +95,33 @@ type decoder struct {
 	lastK     int64 // index of the last frame next returned
 	kValid    bool  // lastK is since the last seek or open
 	seq       int64 // frames decoded, to recognize one frame placed twice
+	needKey   bool  // a seek happened: frames before the first keyframe out are leading frames, dropped
 	prev      *astiav.Frame
 	prevSeq   int64
 	havePrev  bool
 
+	// Decoding only what the selected frames need (decodeSlots).
+	plan     bool    // skip non-reference frames no slot needs
+	wanted   []int64 // the selected frame indices, sorted, distinct
+	recent   [32]int64
+	nRecent  int   // packet indices seen (recent holds the last 32)
+	skipped  int64 // packets the codec was allowed to drop
+	broken   bool  // packets showed timestamps that make skipping unsafe
+	keys     []int64
+	keyLag   int64 // most ticks a keyframe packet's pts was after its dts
+	lastJump int64 // the frame pastKeyframe last jumped to
+
 	// Output.
 	conv     *C.spdl_video
 	channels int
-	oh, ow   int // fixed by the first frame placed
+	oh, ow   int    // fixed by the first frame placed
+	rot      int    // degrees clockwise to turn frames (ApplyRotation)
+	sw, sh   int    // the size frames are scaled to, before turning
+	turn     []byte // a scaled frame before it is turned
 }
 
 func newDecoder(src av.Source, o *Options) (d *decoder, err error) {
-	d = &decoder{src: src, o: o}
+	d = &decoder{src: src, o: o, lastJump: -1}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -117,6 +145,9 @@ func newDecoder(src av.Source, o *Options) (d *decoder, err error) {
 		d.s0 = s
 	}
 	d.estimateCount()
+	if o.ApplyRotation {
+		d.rot = av.Rotation(st)
+	}
 	d.prev = astiav.AllocFrame()
 	channels, pixFmt, flags := o.format()
 	d.channels = channels
@@ -136,15 +167,24 @@ func (d *decoder) open() error {
 	}
 	d.in = in
 	if d.st, err = in.Stream(astiav.MediaTypeVideo); err != nil {
+		var e *av.Error
+		if errors.As(err, &e) && strings.Contains(e.Err.Error(), "cover art") {
+			return av.Errorf(d.src, "decode video", "%v", e.Err)
+		}
 		return av.Errorf(d.src, "decode video", "no video stream (an audio-only file?)")
 	}
 	par := d.st.CodecParameters()
 	if w, h := int64(par.Width()), int64(par.Height()); w*h > d.o.maxPixels() {
 		return av.Errorf(d.src, "decode video", "frames are %dx%d, more than max_pixels (%d) allows", w, h, d.o.maxPixels())
 	}
-	if d.dec, err = in.OpenDecoder(d.st, av.DecoderOptions{Threads: d.o.Threads}); err != nil {
+	if d.dec, err = in.OpenDecoder(d.st, av.DecoderOptions{Threads: d.o.Threads, Lookahead: lookahead}); err != nil {
 		return err
 	}
+	if d.plan {
+		d.dec.Skip = d.skippable
+	}
+	d.keys = av.KeyframeTimestamps(d.st)
+	slices.Sort(d.keys)
 	d.fromStart, d.consumed, d.afterSeek = true, false, false
 	d.forget()
 	return nil
@@ -187,6 +227,7 @@ func (d *decoder) forget() {
 		d.prev.Unref()
 	}
 	d.havePrev, d.kValid, d.lastK = false, false, -1
+	d.nRecent = 0 // packets read again after a seek are not repeats
 }
 
 // maxCount is the most frames a count is believed: a day at 10,000 fps.
@@ -302,9 +343,9 @@ func (d *decoder) index(ts int64) int64 {
 // earlier by that overshoot plus 4, 8, ... 128 frames; then it goes back to
 // the start.
 func (d *decoder) seekTo(k int64, attempt int) error {
-	d.attempt = attempt
+	d.attempt, d.lastJump = attempt, k
 	t := -1.0 // seconds from the stream start to seek to; <= 0: go to the start
-	if !d.noSeek && d.rate > 0 && d.tb > 0 && attempt <= 6 {
+	if !d.noSeek && !d.onlyFromStart && d.rate > 0 && d.tb > 0 && attempt <= 6 {
 		t = float64(k) / d.rate
 		if attempt > 0 {
 			t -= float64(d.overshoot+int64(2)<<attempt) / d.rate
@@ -323,7 +364,7 @@ func (d *decoder) seekTo(k int64, attempt int) error {
 	if err := d.dec.Flush(); err != nil {
 		return err
 	}
-	d.fromStart, d.afterSeek = false, true
+	d.fromStart, d.afterSeek, d.needKey = false, true, true
 	d.forget()
 	return nil
 }
@@ -351,9 +392,24 @@ func (d *decoder) next(ctx context.Context, want int64) (*astiav.Frame, int64, e
 			return nil, 0, err
 		}
 		d.seq++
+		if d.broken {
+			return nil, 0, errReplan
+		}
+		if d.needKey {
+			if !f.KeyFrame() {
+				// A leading frame of an open GOP, shown before the
+				// keyframe the seek landed on: it may reference frames
+				// before the seek point, which were not decoded.
+				continue
+			}
+			d.needKey = false
+		}
 		ts := int64(C.spdl_video_frame_ts((*C.AVFrame)(f.UnsafePointer())))
 		var k int64
 		if ts == astiav.NoPtsValue || d.rate == 0 || d.tb == 0 || d.noSeek {
+			if d.skipped > 0 {
+				return nil, 0, errReplan
+			}
 			if !d.fromStart {
 				// Without timestamps a frame after a seek has no known
 				// index: count from the start instead.
@@ -368,6 +424,11 @@ func (d *decoder) next(ctx context.Context, want int64) (*astiav.Frame, int64, e
 		} else {
 			k = d.index(ts)
 			if d.kValid && k <= d.lastK {
+				if d.skipped > 0 {
+					// Indices here depend on every frame before, and
+					// some were skipped: decode again without skipping.
+					return nil, 0, errReplan
+				}
 				k = d.lastK + 1
 			}
 		}
@@ -417,7 +478,7 @@ func (d *decoder) span() (first, end int64, err error) {
 func (d *decoder) run(ctx context.Context) (*tensor.Tensor, error) {
 	o := d.o
 	if o.Indices != nil {
-		return d.decodeSlots(ctx, o.Indices, true)
+		return d.decodePlanned(ctx, o.Indices, true)
 	}
 	first, end, err := d.span()
 	if err != nil {
@@ -461,7 +522,7 @@ func (d *decoder) run(ctx context.Context) (*tensor.Tensor, error) {
 			ks = append(ks, k)
 		}
 	}
-	return d.decodeSlots(ctx, ks, false)
+	return d.decodePlanned(ctx, ks, false)
 }
 
 // length describes n frames in seconds, if the frame rate is known.
@@ -545,6 +606,13 @@ func (d *decoder) decodeSlots(ctx context.Context, ks []int64, strict bool) (*te
 	}
 	pos := 0
 	for pos < len(order) {
+		if d.pastKeyframe(ks[order[pos]]) {
+			// The next frame needed is past a keyframe not yet sent to
+			// the codec: jump to it rather than decode what lies between.
+			if err := d.seekTo(ks[order[pos]], 0); err != nil {
+				return nil, err
+			}
+		}
 		f, k, err := d.next(ctx, ks[order[pos]])
 		if errors.Is(err, io.EOF) {
 			break
@@ -567,6 +635,16 @@ func (d *decoder) decodeSlots(ctx context.Context, ks []int64, strict bool) (*te
 	if pos == len(order) {
 		done = true
 		return out, nil
+	}
+	if d.broken {
+		return nil, errReplan
+	}
+	if !d.fromStart && !d.onlyFromStart {
+		// After a seek into an open GOP, H.264 decoders can lose the
+		// last frames of the stream: see whether a decode from the
+		// start finds the frame.
+		d.onlyFromStart = true
+		return nil, errReplan
 	}
 	// The video ended before frame ks[order[pos]].
 	if !d.havePrev {
@@ -724,6 +802,22 @@ func (d *decoder) geometry(f *astiav.Frame) error {
 		return err
 	}
 	o := d.o
+	if o.ApplySAR {
+		sar := f.SampleAspectRatio()
+		if sar.Num() <= 0 || sar.Den() <= 0 {
+			sar = av.SampleAspectRatio(d.st)
+		}
+		if sar.Num() > 0 && sar.Den() > 0 && sar.Num() != sar.Den() {
+			sw := math.Round(float64(w) * float64(sar.Num()) / float64(sar.Den()))
+			if sw > float64(o.maxPixels()) {
+				return av.Errorf(d.src, "decode video", "a sample aspect ratio of %d:%d makes %dx%d frames %.0f wide: corrupt", sar.Num(), sar.Den(), w, h, sw)
+			}
+			w = max(1, int(sw))
+		}
+	}
+	if d.rot == 90 || d.rot == 270 {
+		w, h = h, w
+	}
 	switch {
 	case o.Height > 0:
 		d.oh, d.ow = o.Height, o.Width
@@ -736,6 +830,10 @@ func (d *decoder) geometry(f *astiav.Frame) error {
 	}
 	if px := int64(d.oh) * int64(d.ow); px > o.maxPixels() {
 		return av.Errorf(d.src, "decode video", "resized frames would be %dx%d, more than max_pixels (%d) allows", d.ow, d.oh, o.maxPixels())
+	}
+	d.sw, d.sh = d.ow, d.oh
+	if d.rot == 90 || d.rot == 270 {
+		d.sw, d.sh = d.oh, d.ow
 	}
 	return nil
 }
@@ -758,7 +856,22 @@ func (d *decoder) convert(f *astiav.Frame, dst unsafe.Pointer, room int) error {
 	if err := d.checkFrame(f); err != nil {
 		return err
 	}
-	rc := C.spdl_video_convert(d.conv, (*C.AVFrame)(f.UnsafePointer()), (*C.uint8_t)(dst), C.int(d.ow), C.int(d.oh), C.int(d.channels), C.size_t(room))
+	var rc C.int
+	if d.rot == 0 {
+		rc = C.spdl_video_convert(d.conv, (*C.AVFrame)(f.UnsafePointer()), (*C.uint8_t)(dst), C.int(d.ow), C.int(d.oh), C.int(d.channels), C.size_t(room))
+	} else {
+		// Scale into a buffer of its own (room 0: exactly its bytes),
+		// then turn into dst.
+		n := d.sw * d.sh * d.channels
+		if len(d.turn) < n {
+			d.turn = make([]byte, n)
+		}
+		buf := unsafe.Pointer(&d.turn[0])
+		rc = C.spdl_video_convert(d.conv, (*C.AVFrame)(f.UnsafePointer()), (*C.uint8_t)(buf), C.int(d.sw), C.int(d.sh), C.int(d.channels), 0)
+		if rc == 0 {
+			C.spdl_video_rotate((*C.uint8_t)(buf), C.int(d.sw), C.int(d.sh), C.int(d.channels), C.int(d.rot), (*C.uint8_t)(dst))
+		}
+	}
 	switch {
 	case rc == 0:
 		return nil
@@ -780,4 +893,121 @@ func convertOne(f *astiav.Frame, o Options, w, h int, dst unsafe.Pointer, room i
 	}
 	defer C.spdl_video_free(d.conv)
 	return d.convert(f, dst, room)
+}
+
+// errReplan says that frames were skipped on a plan the stream's
+// timestamps turned out not to support: decode again without skipping.
+var errReplan = errors.New("video: timestamps do not allow skipping frames")
+
+// lookahead is how many packets the decoder reads ahead, so that skippable
+// can see the frames that follow one (B-frames come a few packets after
+// the frame shown after them).
+const lookahead = 16
+
+// decodePlanned is decodeSlots, decoding only the frames the slots need:
+// it skips non-reference frames no slot shows and jumps over keyframes to
+// the next frame needed. If the timestamps contradict the plan (repeated,
+// missing or backwards), it starts again and decodes every frame.
+func (d *decoder) decodePlanned(ctx context.Context, ks []int64, strict bool) (*tensor.Tensor, error) {
+	d.wanted = slices.Compact(slices.Sorted(slices.Values(ks)))
+	d.plan = !d.o.straight && !d.noSeek && d.rate > 0 && d.tb > 0
+	if d.plan {
+		d.dec.Skip = d.skippable
+	}
+	// Each retry turns off something (skipping, seeking), so there are at
+	// most two.
+	for {
+		t, err := d.decodeSlots(ctx, ks, strict)
+		if !errors.Is(err, errReplan) {
+			return t, err
+		}
+		d.plan, d.broken, d.skipped = false, false, 0
+		if err := d.reopen(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// skippable is the decoder's Skip hook: a packet's frame may be dropped
+// (if the codec finds nothing references it) when no slot shows it. Slot
+// k shows the frame with the largest index <= k, so frame i is not needed
+// when no slot falls in [i, next), next being the index of the frame
+// shown after it, found among the packets around it; when it cannot be
+// found, or two packets share an index, the frame is kept.
+func (d *decoder) skippable(pkt *astiav.Packet, ahead []*astiav.Packet) bool {
+	pts := pkt.Pts()
+	if pts == astiav.NoPtsValue {
+		d.noteBroken()
+		return false
+	}
+	if pkt.Flags().Has(astiav.PacketFlagKey) && pkt.Dts() != astiav.NoPtsValue {
+		d.keyLag = max(d.keyLag, pts-pkt.Dts())
+	}
+	k := d.index(pts)
+	next := int64(math.MaxInt64)
+	dup := false
+	look := func(j int64) {
+		if j == k {
+			dup = true
+		} else if j > k && j < next {
+			next = j
+		}
+	}
+	for i := range min(d.nRecent, len(d.recent)) {
+		look(d.recent[i])
+	}
+	for _, a := range ahead {
+		if p := a.Pts(); p != astiav.NoPtsValue {
+			look(d.index(p))
+		}
+	}
+	d.recent[d.nRecent%len(d.recent)] = k
+	d.nRecent++
+	if dup {
+		d.noteBroken()
+		return false
+	}
+	if next == math.MaxInt64 {
+		return false
+	}
+	i, _ := slices.BinarySearch(d.wanted, k)
+	if i < len(d.wanted) && d.wanted[i] < next {
+		return false
+	}
+	d.skipped++
+	return true
+}
+
+// noteBroken stops skipping; if frames were skipped already, the frame
+// indices computed since may be wrong, and decoding starts over.
+func (d *decoder) noteBroken() {
+	if d.skipped > 0 {
+		d.broken = true
+	}
+	d.plan = false
+	if d.dec != nil {
+		d.dec.Skip = nil
+	}
+}
+
+// pastKeyframe reports whether a keyframe that the codec has not been sent
+// yet comes at or before frame want, by the container's index (its
+// timestamps are decoding times in MP4, so the largest lag seen between a
+// keyframe's decoding and presentation time is added).
+func (d *decoder) pastKeyframe(want int64) bool {
+	if !d.plan || !d.kValid || len(d.keys) == 0 || want <= d.lastK+1 || want == d.lastJump {
+		return false
+	}
+	fed := d.dec.FedDTS()
+	if fed == astiav.NoPtsValue {
+		return false
+	}
+	i, found := slices.BinarySearch(d.keys, fed)
+	if found {
+		i++
+	}
+	if i == len(d.keys) || d.index(d.keys[i]+d.keyLag) > want {
+		return false
+	}
+	return true
 }

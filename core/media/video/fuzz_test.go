@@ -2,6 +2,8 @@ package video_test
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/spdl-go/spdl-go/core/media/av"
@@ -17,6 +19,13 @@ var fuzzOptions = []video.Options{
 	{FPS: 3, Start: 0.4, Mode: video.Gray},
 	{Start: 1, Duration: 0.5, ShortSide: 8, Mode: video.BGR, Interpolation: "area"},
 	{Indices: []int64{20}, Threads: 2},
+	// Decoding only what the samples need: non-reference frames skipped
+	// (counter.mp4 has B-frames), jumps over keyframes, replanning when
+	// timestamps disagree.
+	{NumFrames: 8, Height: 8, Width: 8},
+	{Indices: []int64{1, 2, 13, 22, 23}, ApplyRotation: true},
+	{FPS: 1.5, ApplySAR: true, ShortSide: 8},
+	{Indices: []int64{23, 9, 9, 0}, Mode: video.Gray, ApplyRotation: true, ApplySAR: true},
 }
 
 // FuzzDecodeVideo feeds arbitrary bytes to Decode: it may fail, but must not
@@ -27,6 +36,16 @@ func FuzzDecodeVideo(f *testing.F) {
 		f.Add(data, uint8(i))
 		f.Add(data, uint8(i+3))
 		f.Add(data, uint8(i+128))
+		for j := 6; j < len(fuzzOptions); j++ {
+			f.Add(data, uint8(j))
+		}
+	}
+	// A clip with a display matrix, when the ffmpeg CLI can make one.
+	rot := filepath.Join(f.TempDir(), "rot.mp4")
+	if exec.Command("ffmpeg", "-v", "error", "-y", "-i", "testdata/counter.mp4", "-c", "copy", "-metadata:s:v:0", "rotate=90", rot).Run() == nil {
+		data := mustRead(f, rot)
+		f.Add(data, uint8(7))
+		f.Add(data, uint8(9))
 	}
 	f.Fuzz(func(t *testing.T, data []byte, sel uint8) {
 		o := fuzzOptions[int(sel)%len(fuzzOptions)]

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/spdl-go/spdl-go/core/media/av"
 	"github.com/spdl-go/spdl-go/core/ops"
@@ -34,6 +35,8 @@ func init() {
 //	size          [h, w]     resize to exactly this
 //	short_side    int        resize so the shorter side is this, keeping aspect
 //	interpolation str        "bilinear" (default), "area", "bicubic", "nearest"
+//	apply_rotation bool      turn frames as the display matrix says (default false)
+//	apply_sar     bool       stretch the width by the sample aspect ratio (default false)
 //	threads       int        decoder threads (default 1; 0: FFmpeg chooses)
 //	max_frames    int        most frames returned (default 4096)
 //	max_pixels    int        most width*height per frame (default 50_000_000)
@@ -43,11 +46,23 @@ func init() {
 type decodeVideo struct {
 	field ops.Field
 	opts  Options
+
+	// Counters for OpStats: videos decoded, the frames the codec decoded
+	// for them, and the frames they hold (where the container says).
+	clips, decoded, frames atomic.Int64
+}
+
+// OpStats reports how much of the videos was decoded
+// (pipeline.OpStatsReporter): decoded_frames out of video_frames, the
+// frames of the videos that were decoded (counted where the container
+// gives a count).
+func (op *decodeVideo) OpStats() map[string]int64 {
+	return map[string]int64{"videos": op.clips.Load(), "decoded_frames": op.decoded.Load(), "video_frames": op.frames.Load()}
 }
 
 var knownOptions = []string{
 	"indices", "fps", "num_frames", "start", "duration", "mode", "size", "short_side",
-	"interpolation", "threads", "max_frames", "max_pixels", "max_output_bytes", "key", "output_key",
+	"interpolation", "apply_rotation", "apply_sar", "threads", "max_frames", "max_pixels", "max_output_bytes", "key", "output_key",
 }
 
 func newDecodeVideo(m map[string]any) (ops.Op, error) {
@@ -146,6 +161,20 @@ func parseOptions(m map[string]any) (o Options, err error) {
 		}
 		*x.dst = f
 	}
+	for _, x := range []struct {
+		name string
+		dst  *bool
+	}{{"apply_rotation", &o.ApplyRotation}, {"apply_sar", &o.ApplySAR}} {
+		v, ok := m[x.name]
+		if !ok || v == nil {
+			continue
+		}
+		b, ok := v.(bool)
+		if !ok {
+			return o, fmt.Errorf("option %q must be a bool, not %s", x.name, value.Describe(v))
+		}
+		*x.dst = b
+	}
 	strs := []struct {
 		name string
 		dst  *string
@@ -188,6 +217,12 @@ func seq(v any) ([]any, bool) {
 
 func (op *decodeVideo) Process(ctx context.Context, item any) (any, error) {
 	return av.DecodeField(ctx, op.field, item, "decode_video", "video", func(ctx context.Context, src av.Source) (*tensor.Tensor, error) {
-		return Decode(ctx, src, op.opts)
+		t, st, err := decodeStats(ctx, src, op.opts)
+		if err == nil && st.frames > 0 {
+			op.clips.Add(1)
+			op.decoded.Add(st.decoded)
+			op.frames.Add(st.frames)
+		}
+		return t, err
 	})
 }
