@@ -26,6 +26,14 @@ class StreamInfo:
     frames: int = 0
     sample_rate: int = 0
     channels: int = 0
+    rotation: int = 0
+    """Degrees clockwise (0, 90, 180, 270) to turn the video for display
+    (its display matrix); ``decode_video(apply_rotation=True)`` applies it."""
+    sample_aspect_ratio: tuple[int, int] | None = None
+    """Pixel shape (num, den) when not square; ``decode_video(apply_sar=True)``
+    applies it."""
+    attached_picture: bool = False
+    """Cover art attached to an audio file, not a video."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,18 @@ def probe(src: str | os.PathLike[str] | bytes, *, name: str | None = None) -> Me
         duration=float(d.get("duration", 0.0)),
         bit_rate=int(d.get("bit_rate", 0)),
         streams=[
-            StreamInfo(**{**s, "duration": float(s.get("duration", 0)), "frame_rate": float(s.get("frame_rate", 0))})
+            StreamInfo(
+                **{
+                    **s,
+                    "duration": float(s.get("duration", 0)),
+                    "frame_rate": float(s.get("frame_rate", 0)),
+                    "sample_aspect_ratio": _ratio(s.get("sample_aspect_ratio")),
+                }
+            )
             for s in d.get("streams") or []
         ],
     )
+
+
+def _ratio(value: Any) -> tuple[int, int] | None:
+    return (int(value[0]), int(value[1])) if value else None
