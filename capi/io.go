@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"github.com/spdl-go/spdl-go/core/formats"
 	"github.com/spdl-go/spdl-go/core/ops"
 	"github.com/spdl-go/spdl-go/core/options"
+	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/tensor"
 	"github.com/spdl-go/spdl-go/core/value"
 )
@@ -218,7 +218,7 @@ func applyBatch(op ops.Op, items value.List, names []string, threads int, strict
 		return nil, invalid(errors.New("io: a batch needs at least one input"))
 	}
 	if threads == 0 {
-		threads = runtime.GOMAXPROCS(0)
+		threads = pipeline.Cores
 	}
 	st := &stacker{n: n, names: names}
 	done := make([]bool, n)      // item i is in the batch

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"time"
 )
 
@@ -25,7 +24,7 @@ import (
 //   - first guess (the tuner's first windows, which are short so that a
 //     short epoch does not pay for them): if the workers are busy and the
 //     process uses about as much CPU as the busy workers (a CPU-bound
-//     op), fill the idle cores at once: limit + the cores (GOMAXPROCS)
+//     op), fill the idle cores at once: limit + the cores (Cores)
 //     the process leaves idle, within the budget. The next windows check
 //     it: only a clear loss, twice running, takes it back (a gain or a tie
 //     keeps it, since a CPU-bound op given idle cores rarely loses and a
@@ -122,7 +121,7 @@ type window struct {
 	busy  float64 // busy fraction of the allowed workers
 	cpu   float64 // cores the whole process used; < 0 if unknown
 	room  int     // workers the CPU budget still allows
-	cores int     // GOMAXPROCS
+	cores int     // Cores
 }
 
 // guess is the first guess for a CPU-bound stage: the workers that fill
@@ -370,7 +369,7 @@ func (ep *epoch) runTuner(ws []*autoWindow, allDone <-chan struct{}) error {
 				busy:  float64(busy-w.busy) / (float64(dt) * float64(limit)),
 				cpu:   -1,
 				room:  p.cfg.CPUBudget - p.autoUsed(),
-				cores: runtime.GOMAXPROCS(0),
+				cores: Cores,
 			}
 			if cpuOK {
 				m.cpu = float64(cpu-w.cpu) / float64(dt)
