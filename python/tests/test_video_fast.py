@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from spdl_go import PipelineBuilder, ops
+from spdl_go import PipelineBuilder, media, ops
 
 pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make test media")
 
@@ -91,8 +91,14 @@ def test_rotation_and_sar(tmp_path):
     base = tmp_path / "base.mp4"
     ffmpeg("-f", "lavfi", "-i", "testsrc2=s=64x48:r=8:d=1", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(base))
     rot = tmp_path / "rot.mp4"
-    # FFmpeg 5's CLI tag is counter-clockwise: this asks for 90 degrees clockwise.
+    # A display matrix of 90 degrees clockwise. FFmpeg 5's CLI writes it from
+    # the "rotate" tag (which it reads counter-clockwise); FFmpeg 6 and later
+    # ignore that tag and take -display_rotation (counter-clockwise) instead.
     ffmpeg("-i", str(base), "-c", "copy", "-metadata:s:v:0", "rotate=270", str(rot))
+    if media.probe(str(rot)).streams[0].rotation != 90:
+        rot.unlink()
+        ffmpeg("-display_rotation:v:0", "270", "-i", str(base), "-c", "copy", str(rot))
+    assert media.probe(str(rot)).streams[0].rotation == 90
     plain = decode(rot, ops.decode_video(indices=[0, 3]))
     turned = decode(rot, ops.decode_video(indices=[0, 3], apply_rotation=True))
     assert plain.shape == (2, 48, 64, 3) and turned.shape == (2, 64, 48, 3)
