@@ -14,7 +14,9 @@ import (
 // alone while another is idle. Measured on 2 cores (bench_compare.py, 2
 // decode workers): workers 84% busy and 1,793 img/s at GOMAXPROCS=2; 98%
 // busy and 1,899 img/s at 3. Go code itself is a small share of the work,
-// so the extra P costs nothing. A GOMAXPROCS the user set is kept.
+// so the extra P costs nothing. A GOMAXPROCS the user set is kept. Setting
+// it stops the runtime from following a container's CPU limit if that
+// changes while the process runs; Cores keeps the limit seen at start-up.
 func init() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(pipeline.Cores + 1)
