@@ -46,7 +46,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import ItemsDataset, clips_main, measure_batches  # noqa: E402
+from harness import ItemsDataset, clips_main, measure_batches, torch_dataloader  # noqa: E402
 
 CORES = os.cpu_count() or 1
 BATCH = 16
@@ -156,16 +156,7 @@ class SoundFileDataset(ItemsDataset):
 
 
 def dataloader_loader(items, workers):
-    import torch
-
-    dl = torch.utils.data.DataLoader(
-        SoundFileDataset(items), batch_size=BATCH, num_workers=int(workers), persistent_workers=False
-    )
-    it = iter(dl)
-    try:
-        yield from it
-    finally:
-        del it  # shuts down (and reaps) the workers
+    return torch_dataloader(SoundFileDataset(items), BATCH, workers)
 
 
 def spdl_loader(items, threads):

@@ -101,15 +101,8 @@ class PILDataset(harness.ItemsDataset):
             return torch.from_numpy(np.asarray(im).copy()), label
 
 
-def dataloader_loader(items, workers: int):
-    import torch
-
-    dl = torch.utils.data.DataLoader(PILDataset(items), batch_size=BATCH, num_workers=workers, persistent_workers=False)
-    it = iter(dl)
-    try:
-        yield from it
-    finally:
-        del it  # shuts down (and reaps) the workers
+def dataloader_loader(items, workers):
+    return harness.torch_dataloader(PILDataset(items), BATCH, workers)
 
 
 def spdl_go_dataloader_loader(items, threads: int):

@@ -70,6 +70,7 @@ from harness import (  # noqa: E402
     print_anchor_ratios,
     run_all,
     same_batches,
+    torch_dataloader,
     warm_page_cache,
 )
 
@@ -193,16 +194,7 @@ class PyAVDataset(ItemsDataset):
 
 
 def dataloader_loader(items, workers):
-    import torch
-
-    dl = torch.utils.data.DataLoader(
-        PyAVDataset(items), batch_size=BATCH, num_workers=int(workers), persistent_workers=False
-    )
-    it = iter(dl)
-    try:
-        yield from it
-    finally:
-        del it  # shuts down (and reaps) the workers
+    return torch_dataloader(PyAVDataset(items), BATCH, workers)
 
 
 LOADERS = {"spdl-go": spdl_go_loader, "spdl": spdl_loader, "dataloader": dataloader_loader}

@@ -102,6 +102,20 @@ class MemSampler:
         self.sample()
 
 
+def torch_dataloader(dataset: Any, batch_size: int, workers: int):
+    """Iterates the stock torch DataLoader over a map-style dataset with
+    ``workers`` worker processes, and shuts the workers down (and reaps
+    them) when the caller stops, so that no run leaves processes behind."""
+    import torch
+
+    dl = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=int(workers), persistent_workers=False)
+    it = iter(dl)
+    try:
+        yield from it
+    finally:
+        del it
+
+
 def cpu_seconds() -> float:
     s = resource.getrusage(resource.RUSAGE_SELF)
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
