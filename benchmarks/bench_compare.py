@@ -157,26 +157,7 @@ def spdl_loader(items, threads: int, decoder_threads: int | None = None):
 
 
 def dali_loader(items, threads: int):
-    from nvidia.dali import fn, pipeline_def, types
-    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
-
-    files = [str(p) for p, _ in items]
-    labels = [int(label) for _, label in items]
-
-    @pipeline_def(batch_size=BATCH, num_threads=threads, device_id=None, prefetch_queue_depth=2)
-    def pipe():
-        jpegs, label = fn.readers.file(files=files, labels=labels, random_shuffle=False, name="reader")
-        images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
-        images = fn.resize(images, resize_shorter=256, interp_type=types.INTERP_LINEAR, antialias=False)
-        return fn.crop(images, crop=(224, 224)), label
-
-    p = pipe()
-    p.build()
-    it = DALIGenericIterator(
-        p, ["images", "labels"], reader_name="reader", last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False
-    )
-    for out in it:
-        yield out[0]["images"], out[0]["labels"].reshape(-1).long()
+    return harness.dali_resize_crop(items, BATCH, threads, antialias=False)
 
 
 def import_error(*modules: str) -> str | None:

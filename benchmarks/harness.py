@@ -116,6 +116,32 @@ def torch_dataloader(dataset: Any, batch_size: int, workers: int):
         del it
 
 
+def dali_resize_crop(items: list, batch_size: int, threads: int, antialias: bool):
+    """NVIDIA DALI's CPU-only pipeline (no GPU: device_id=None) over
+    (path, label) items: decoders.image -> short side 256 (bilinear) ->
+    centre crop 224, into torch by DALIGenericIterator."""
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    files = [str(p) for p, _ in items]
+    labels = [int(label) for _, label in items]
+
+    @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None, prefetch_queue_depth=2)
+    def pipe():
+        data, label = fn.readers.file(files=files, labels=labels, random_shuffle=False, name="reader")
+        images = fn.decoders.image(data, device="cpu", output_type=types.RGB)
+        images = fn.resize(images, resize_shorter=256, interp_type=types.INTERP_LINEAR, antialias=antialias)
+        return fn.crop(images, crop=(224, 224)), label
+
+    p = pipe()
+    p.build()
+    it = DALIGenericIterator(
+        p, ["images", "labels"], reader_name="reader", last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False
+    )
+    for out in it:
+        yield out[0]["images"], out[0]["labels"].reshape(-1).long()
+
+
 def cpu_seconds() -> float:
     s = resource.getrusage(resource.RUSAGE_SELF)
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
