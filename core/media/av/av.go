@@ -81,6 +81,11 @@ type OpenOptions struct {
 	// SkipStreamInfo skips avformat_find_stream_info, which reads ahead to
 	// fill in stream parameters; image decoding does not need it.
 	SkipStreamInfo bool
+	// VideoOnly says the caller reads only the first video stream and needs
+	// from the container just its size, frame rate, frame count and
+	// decoding delay: where an MP4 header gives all of them,
+	// avformat_find_stream_info (which decodes a frame or more) is skipped.
+	VideoOnly bool
 }
 
 // Input is an opened container. It is not safe for concurrent use.
@@ -89,6 +94,8 @@ type Input struct {
 	src Source
 	io  *astiav.IOContext
 	rd  *bytesReader
+	// probed says avformat_find_stream_info ran.
+	probed bool
 }
 
 // Open opens src. The caller must Close the Input.
@@ -154,10 +161,11 @@ func Open(src Source, opts OpenOptions) (in *Input, err error) {
 		in.FC = nil
 		return in, wrap(src, "open", fmt.Errorf("not a media file FFmpeg can read: %w", err))
 	}
-	if !opts.SkipStreamInfo && !headerComplete(fc) {
+	if !opts.SkipStreamInfo && !headerComplete(fc) && !(opts.VideoOnly && videoHeaderComplete(fc)) {
 		if err = fc.FindStreamInfo(nil); err != nil {
 			return in, wrap(src, "open", fmt.Errorf("reading stream info: %w", err))
 		}
+		in.probed = true
 	}
 	return in, nil
 }
@@ -213,6 +221,46 @@ func headerComplete(fc *astiav.FormatContext) bool {
 	}
 	return true
 }
+
+// videoHeaderComplete reports whether an MP4/MOV header already gives what
+// decoding its first video stream needs, so that avformat_find_stream_info
+// need not decode frames to find it (about 4% of the time of decoding 8
+// frames from a 3 s clip). The sample table gives the frame count, the
+// time-to-sample table the frame rate, and the codec's configuration
+// record the size. The decoding delay (how many frames the decoder holds
+// back to reorder) is what the skipped decode would otherwise guess: for
+// H.264, FFmpeg's MOV demuxer derives it from the composition offsets, and
+// a stream where that gave 0 keeps the full probe, since a decoder that
+// learns of B-frames late drops frames. HEVC carries the delay in its
+// parameter sets and VP9 never reorders its output; other codecs keep the probe.
+func videoHeaderComplete(fc *astiav.FormatContext) bool {
+	if f := fc.InputFormat(); f == nil || f.Name() != "mov,mp4,m4a,3gp,3g2,mj2" {
+		return false
+	}
+	for _, st := range fc.Streams() {
+		cp := st.CodecParameters()
+		if cp.MediaType() != astiav.MediaTypeVideo || AttachedPicture(st) {
+			continue
+		}
+		r := st.AvgFrameRate()
+		if cp.Width() <= 0 || cp.Height() <= 0 || st.NbFrames() <= 0 || r.Num() <= 0 || r.Den() <= 0 {
+			return false
+		}
+		switch cp.CodecID() {
+		case astiav.CodecIDH264:
+			return len(cp.ExtraData()) > 0 && videoDelay(st) > 0
+		case astiav.CodecIDHevc:
+			return len(cp.ExtraData()) > 0
+		case astiav.CodecIDVp9:
+			return true
+		}
+		return false
+	}
+	return false
+}
+
+// Probed reports whether Open ran avformat_find_stream_info.
+func (in *Input) Probed() bool { return in.probed }
 
 // Source is what the input was opened from.
 func (in *Input) Source() Source { return in.src }

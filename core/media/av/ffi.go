@@ -9,6 +9,7 @@ static void spdl_av_set_skip_frame(AVCodecContext *c, int d) { c->skip_frame = d
 static int spdl_av_thread_count(const AVCodecContext *c) { return c->thread_count; }
 static int spdl_av_disposition(const AVStream *s) { return s->disposition; }
 static int spdl_av_stream_index(const AVStream *s) { return s->index; }
+static int spdl_av_video_delay(const AVStream *s) { return s->codecpar->video_delay; }
 
 // Fills ts with the timestamps of up to n keyframe index entries; returns how many.
 static int spdl_av_keyframes(AVStream *s, int64_t *ts, int n) {
@@ -60,6 +61,10 @@ func flushBuffers(cc *astiav.CodecContext) { C.avcodec_flush_buffers(codecContex
 func AttachedPicture(s *astiav.Stream) bool {
 	return C.spdl_av_disposition(streamC(s))&C.AV_DISPOSITION_ATTACHED_PIC != 0
 }
+
+// videoDelay is the number of frames s's decoder holds back to reorder, as
+// the demuxer (or avformat_find_stream_info) found it.
+func videoDelay(s *astiav.Stream) int { return int(C.spdl_av_video_delay(streamC(s))) }
 
 // maxKeyframes bounds what KeyframeTimestamps reads: 2^16 keyframes is
 // 36 hours at one a second.

@@ -161,7 +161,7 @@ func newDecoder(src av.Source, o *Options) (d *decoder, err error) {
 // open opens the input and its first video stream's decoder, positioned at
 // the start.
 func (d *decoder) open() error {
-	in, err := av.Open(d.src, av.OpenOptions{})
+	in, err := av.Open(d.src, av.OpenOptions{VideoOnly: !d.o.fullProbe})
 	if err != nil {
 		return err
 	}

@@ -12,3 +12,10 @@ func Straight(o Options) Options {
 	o.straight = true
 	return o
 }
+
+// FullProbe returns o set to open the input with avformat_find_stream_info
+// even where the container's header makes it unnecessary.
+func FullProbe(o Options) Options {
+	o.fullProbe = true
+	return o
+}

@@ -174,3 +174,49 @@ func TestDecodeOnlyNeededCorrupt(t *testing.T) {
 		}
 	}
 }
+
+// TestHeaderOnlyOpen checks that opening an MP4 from its header alone
+// (without avformat_find_stream_info) decodes the same frames as a full
+// probe, on the streams where it is used and where it must not be.
+func TestHeaderOnlyOpen(t *testing.T) {
+	const graph = "testsrc2=s=96x64:r=25:d=3,noise=alls=12:allf=t"
+	cases := []struct {
+		name, file, encoder string
+		args                []string
+		headerOnly          bool
+	}{
+		{"h264 B-frames", "hdr-bframes.mp4", "libx264", []string{"-bf", "3", "-g", "12"}, true},
+		{"h264 no B-frames", "hdr-nob.mp4", "libx264", []string{"-bf", "0", "-g", "12"}, false},
+		{"hevc", "hdr-hevc.mp4", "libx265", []string{"-x265-params", "log-level=error:bframes=4", "-tag:v", "hvc1"}, true},
+		{"vp9 mp4", "hdr-vp9.mp4", "libvpx-vp9", []string{"-g", "12", "-deadline", "realtime", "-cpu-used", "8"}, true},
+		{"mpeg4 mp4", "hdr-mpeg4.mp4", "mpeg4", []string{"-bf", "2", "-g", "12"}, false},
+		{"h264 mkv", "hdr-h264.mkv", "libx264", []string{"-bf", "3", "-g", "12"}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := makeClip(t, c.file, graph, c.encoder, append([]string{"-c:v", c.encoder, "-pix_fmt", "yuv420p"}, c.args...)...)
+			noLeak(t)
+			in, err := av.Open(av.Source{Path: path}, av.OpenOptions{VideoOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			probed := in.Probed()
+			in.Close()
+			if probed == c.headerOnly {
+				t.Errorf("probed %v, want %v", probed, !c.headerOnly)
+			}
+			for _, o := range []video.Options{{MaxFrames: 1000}, {NumFrames: 8}, {Indices: []int64{74, 0, 37}}} {
+				x := decode(t, av.Source{Path: path}, o)
+				y := decode(t, av.Source{Path: path}, video.FullProbe(o))
+				if !slices.Equal(x.Shape(), y.Shape()) {
+					t.Fatalf("%+v: shape %v, with a full probe %v", o, x.Shape(), y.Shape())
+				}
+				if i := firstDiff(x, y); i >= 0 {
+					t.Fatalf("%+v: frame %d differs from the frame a full probe gives", o, i)
+				}
+				x.Release()
+				y.Release()
+			}
+		})
+	}
+}

@@ -190,6 +190,9 @@ type Options struct {
 	// straight turns off decoding only what the selected frames need
 	// (tests compare the two).
 	straight bool
+	// fullProbe runs avformat_find_stream_info even where the header
+	// makes it unnecessary (tests compare the two).
+	fullProbe bool
 }
 
 func (o *Options) maxOutputBytes() int64 {
