@@ -32,7 +32,9 @@ import (
 //     gets no guess: its tuner climbs as below.
 //   - measure: the rate at the current limit becomes the baseline. If the
 //     workers were busy (not starved by the stage before, not blocked by
-//     the stage after) and the CPU budget has room, it probes up;
+//     the stage after) and the CPU budget has room, it probes up (past
+//     the budget, up to twice it, only while the process uses every
+//     core the machine has: see room);
 //     otherwise, above 1, it probes down if the workers idled half the
 //     time (straight to the workers that the measured busy time needs,
 //     by Little's law), or if this is a re-check (a probe down from busy
@@ -68,6 +70,8 @@ const (
 	idleToShed          = 0.5  // workers busier than this may not do with one fewer
 	busyToGrow          = 0.75 // workers busier than this may use one more
 	cpuBound            = 0.8  // CPU per busy worker above which the op counts as CPU-bound
+	saturatedSlack      = 0.25 // a process within this many cores of Cores uses every core
+	oversubscribe       = 2    // auto stages may run this many times the budget while every core is busy
 	reprobeWindows      = 30
 	maxRecheckWindows   = 8 * reprobeWindows
 	minWindowItems      = 8 // per worker allowed, at least
@@ -122,6 +126,7 @@ type window struct {
 	cpu   float64 // cores the whole process used; < 0 if unknown
 	room  int     // workers the CPU budget still allows
 	cores int     // Cores
+	over  bool    // the budget is used and so is every core: room is past the budget
 }
 
 // guess is the first guess for a CPU-bound stage: the workers that fill
@@ -149,6 +154,9 @@ func (t *tuner) upStep() int {
 func (t *tuner) step(m window) int {
 	grow := t.limit < t.max && m.room > 0 && m.busy >= busyToGrow
 	up := func() int {
+		if m.over {
+			t.reason += " past the budget (every core is busy)"
+		}
 		t.from = t.limit
 		t.phase = phaseProbeUp
 		return min(t.limit+t.upStep(), t.limit+m.room, t.max)
@@ -166,7 +174,7 @@ func (t *tuner) step(m window) int {
 				}
 			}
 			t.warm, t.ups = true, 0
-			t.reason = "workers busy and the budget has room: probe up"
+			t.reason = "workers busy and room to grow: probe up"
 			return up()
 		}
 		// Probing down from busy workers usually costs throughput for a
@@ -368,12 +376,12 @@ func (ep *epoch) runTuner(ws []*autoWindow, allDone <-chan struct{}) error {
 				rate:  float64(items-w.items) / dt.Seconds(),
 				busy:  float64(busy-w.busy) / (float64(dt) * float64(limit)),
 				cpu:   -1,
-				room:  p.cfg.CPUBudget - p.autoUsed(),
 				cores: Cores,
 			}
 			if cpuOK {
 				m.cpu = float64(cpu-w.cpu) / float64(dt)
 			}
+			m.room, m.over = room(p.cfg.CPUBudget, p.autoUsed(), Cores, m.cpu)
 			w.t0, w.items, w.busy, w.cpu = now, items, busy, cpu
 			if w.discard {
 				w.discard = false
@@ -428,6 +436,22 @@ func (p *Pipeline) setTunerLimit(t *tuner, n int) {
 	t.limit = n
 	t.changes++
 	p.tuneMu.Unlock()
+}
+
+// room is how many more workers the auto stages may run, given the budget,
+// the workers they may run now, the machine's cores and the cores the
+// process used (< 0 if unknown). Past the budget only when the budget is
+// used up and the process already uses every core the machine has (over):
+// more threads then cannot use more CPU than the budget allows, and they
+// can still hide the waits between items (handoffs, wake-ups), which on a
+// small machine is worth several percent. Whether they do is measured by
+// the probe, not assumed.
+func room(budget, used, cores int, cpu float64) (n int, over bool) {
+	n = budget - used
+	if n <= 0 && budget >= cores && cpu >= float64(cores)-saturatedSlack {
+		return oversubscribe*budget - used, true
+	}
+	return n, false
 }
 
 // autoUsed is the workers all auto stages may run now.

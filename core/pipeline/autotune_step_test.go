@@ -29,6 +29,26 @@ func waitOp(perWorker float64, scaleTo int) plant {
 	}
 }
 
+// hidesWaits is a CPU-bound op on `cores` cores that the process keeps
+// busy (other work fills them when the stage's workers are fewer), where
+// a thread past the cores multiplies the rate by g1, and the next by g2.
+func hidesWaits(perWorker float64, cores int, g1, g2 float64) plant {
+	return func(l int) (float64, float64, float64) {
+		r := perWorker * float64(min(l, cores))
+		if l > cores {
+			r *= g1
+		}
+		if l > cores+1 {
+			r *= g2
+		}
+		cpu := 0.97 * float64(min(l, cores))
+		if l == 1 {
+			cpu = 1.0
+		}
+		return r, 0.97, cpu
+	}
+}
+
 // run drives a fresh tuner for n windows and returns the limit after
 // each (the start first) and the tuner.
 func run(p plant, start, maxC, budget, cores, n int) ([]int, *tuner) {
@@ -36,7 +56,9 @@ func run(p plant, start, maxC, budget, cores, n int) ([]int, *tuner) {
 	seen := []int{start}
 	for range n {
 		rate, busy, cpu := p(t.limit)
-		t.limit = t.step(window{rate: rate, busy: busy, cpu: cpu, room: budget - t.limit, cores: cores})
+		m := window{rate: rate, busy: busy, cpu: cpu, cores: cores}
+		m.room, m.over = room(budget, t.limit, cores, cpu)
+		t.limit = t.step(m)
 		seen = append(seen, t.limit)
 	}
 	return seen, t
@@ -58,6 +80,13 @@ func TestTunerDecisions(t *testing.T) {
 		{"cpu-bound, other work", cpuOp(500, 8, 3.1), 1, 8, 8, 8, 4, []int{1, 5, 6, 5, 5}},
 		// The guess is capped by the budget.
 		{"cpu-bound, budget below cores", cpuOp(500, 8, 0.1), 1, 8, 3, 8, 3, []int{1, 3, 3, 3}},
+		// Every core busy: threads past the budget are probed, and kept
+		// while they gain (they hide the waits between items)...
+		{"cpu-bound, more threads hide waits", hidesWaits(1000, 2, 1.06, 1.01), 1, 4, 2, 2, 5, []int{1, 2, 3, 4, 3, 3}},
+		// ...and given back when they do not.
+		{"cpu-bound, more threads do not help", hidesWaits(1000, 2, 1.0, 1.0), 1, 4, 2, 2, 4, []int{1, 2, 3, 2, 2}},
+		// Not when the budget leaves cores to others.
+		{"cpu-bound, budget below cores, all busy", hidesWaits(1000, 2, 1.06, 1.01), 1, 8, 2, 8, 4, []int{1, 2, 2, 2, 2}},
 		// A waiting op has no first guess: it climbs +1, +1, +2, +4.
 		{"waiting op climbs", waitOp(300, 8), 1, 8, 8, 2, 6, []int{1, 2, 3, 5, 8, 8, 8}},
 		{"waiting op climbs to where it stops scaling", waitOp(300, 4), 1, 8, 8, 2, 6, []int{1, 2, 3, 5, 8, 5, 5}},

@@ -299,3 +299,20 @@ func TestAutoConcurrencyConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// An auto stage with no MaxConcurrency may go to twice the budget (only
+// while every core is busy: autotune.go's room), and starts at its share.
+func TestAutoConcurrencyDefaultMax(t *testing.T) {
+	p := mustNew(t, pipeline.Config{
+		Source: pipeline.Range(0, 10, 1),
+		Stages: []pipeline.StageConfig{{
+			Kind: pipeline.KindPipe, Op: pipeline.OpFunc(func(_ context.Context, v any) (any, error) { return v, nil }),
+			AutoConcurrency: true,
+		}},
+		BufferSize: 2, CPUBudget: 3,
+	})
+	st := p.Stats().Stages[0]
+	if st.MaxConcurrency != 6 || st.Concurrency != 3 {
+		t.Errorf("MaxConcurrency %d, Concurrency %d; want 6 and 3", st.MaxConcurrency, st.Concurrency)
+	}
+}

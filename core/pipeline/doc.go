@@ -122,7 +122,11 @@
 // Config.TuneInterval, adds workers (+1, +1, +2, +4, ...) while each step
 // raises the throughput by 5% or more and the workers are busy, and removes
 // workers while that costs less than 5% or they idle half the time. All
-// auto stages together stay within the budget. The choice carries over to
+// auto stages together stay within the budget, except while the process
+// already uses every core of a machine no bigger than the budget: then
+// they may probe up to twice the budget, since more threads cannot use
+// more CPU there and can hide the waits between items (a probe is kept
+// only if it gains 5%). MaxConcurrency defaults to twice the budget. The choice carries over to
 // the next epoch and is re-checked after 30 windows, less often (up to 240)
 // while re-checks change nothing. Stats reports it (Concurrency, Auto,
 // MaxConcurrency, Tuning, and TuningLog: the last 32 decisions with their

@@ -146,7 +146,7 @@ type StageConfig struct {
 	// MaxConcurrency, within Config.CPUBudget, starting from Concurrency
 	// (0 means the stage's share of the budget). See autotune.go.
 	AutoConcurrency bool
-	MaxConcurrency  int // with AutoConcurrency; 0 means Config.CPUBudget
+	MaxConcurrency  int // with AutoConcurrency; 0 means twice Config.CPUBudget
 	// Timeout (KindPipe), if > 0, bounds each Op.Process call: at the
 	// deadline the call's ctx is cancelled and its item fails with a
 	// *TimeoutError. A call that does not return soon after (a blocking
@@ -297,10 +297,11 @@ func New(cfg Config) (*Pipeline, error) {
 			}
 			if sc.AutoConcurrency {
 				if sc.MaxConcurrency < 0 {
-					return nil, bad("MaxConcurrency must be >= 0 (0 = Config.CPUBudget), got %d", sc.MaxConcurrency)
+					return nil, bad("MaxConcurrency must be >= 0 (0 = twice Config.CPUBudget), got %d", sc.MaxConcurrency)
 				}
 				if sc.MaxConcurrency == 0 {
-					sc.MaxConcurrency = cfg.CPUBudget
+					// Past the budget only while every core is busy (autotune.go).
+					sc.MaxConcurrency = oversubscribe * cfg.CPUBudget
 				}
 				if sc.Concurrency > sc.MaxConcurrency {
 					return nil, bad("Concurrency (the starting point, %d) must be <= MaxConcurrency (%d)", sc.Concurrency, sc.MaxConcurrency)

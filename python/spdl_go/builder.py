@@ -145,14 +145,17 @@ class PipelineBuilder:
                 ``"auto"``: the engine starts the stage at its share of
                 ``build(cpu_budget=)``, measures its throughput while it
                 runs, adds a thread while each one raises it by 5% or more
-                (up to ``max_concurrency``, within the budget) and removes
+                (up to ``max_concurrency``, within the budget; past it, up
+                to twice the budget, only while the process already uses
+                every core of a machine no bigger than the budget, where
+                more threads cannot use more CPU) and removes
                 one while that costs less than 5% or the threads idle; it
                 keeps the choice across epochs and re-checks it now and then. ``stats()`` shows the current
                 choice and the tuner's state. Meant for native ops; a Python
                 stage on a GIL build gains nothing from more threads, and
                 the tuner will find that out.
             max_concurrency: With ``concurrency="auto"``, the most threads the
-                stage may use; None means the CPU budget.
+                stage may use; None means twice the CPU budget.
             name: Shown in stats and errors; defaults to the op's name.
             output_order: "completion" emits items as they finish; "input"
                 keeps the order they arrived in.
@@ -259,7 +262,9 @@ class PipelineBuilder:
                 (give one of them); a value <= 0 (SPDL's default -1)
                 means no reports.
             cpu_budget: The most threads all ``concurrency="auto"`` stages
-                may use together; None means ``os.cpu_count()``.
+                may use together (exceeded only while the process uses
+                every core of a machine no bigger than the budget: see
+                ``concurrency``); None means ``os.cpu_count()``.
             task_hook_factory: Makes each stage's ``TaskHook`` objects from
                 its ``StageInfo``; None (the default) means no hooks (see
                 ``build_pipeline``).
