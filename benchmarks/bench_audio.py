@@ -13,6 +13,10 @@ Configurations:
   num_samples=64000) (libswresample; decoding stops at 64,000 output
   samples), concurrency = cores -> aggregate(16) -> ops.collate ->
   torch.from_dlpack; "spdl-go auto" is the same with concurrency="auto";
+  "spdl-go width 6" resamples with torchaudio's default filter length
+  (decode_audio(lowpass_filter_width=6): 6 zero crossings a side, as the
+  DataLoader's resample uses, against libswresample's 16, which the other
+  spdl-go rows and SPDL use);
 * torch DataLoader over a map-style Dataset, num_workers 0, 1, 2, 4:
   soundfile (libsndfile, ``pip install soundfile``) reads the first 4 s
   (+10 ms) as float32, the channels are averaged, and the result is
@@ -54,7 +58,7 @@ RATE = 16000
 SECONDS = 4
 SAMPLES = RATE * SECONDS
 DL_WORKERS = (0, 1, 2, 4)
-OURS = ("spdl-go", "spdl-go auto")
+OURS = ("spdl-go", "spdl-go auto", "spdl-go width 6")
 
 
 # --------------------------------------------------------------------------
@@ -62,17 +66,25 @@ OURS = ("spdl-go", "spdl-go auto")
 # --------------------------------------------------------------------------
 
 
-def spdl_go_loader(items, concurrency):
+def spdl_go_loader(items, param):
+    """param: the decode concurrency ("auto" or a number), then
+    optionally ":w<lowpass_filter_width>"."""
     from torch import from_dlpack
 
     from spdl_go import PipelineBuilder, ops
 
+    concurrency, _, width = param.partition(":w")
     auto = concurrency == "auto"
     p = (
         PipelineBuilder()
         .add_source(items)
         .pipe(
-            ops.decode_audio(sample_rate=RATE, num_channels=1, num_samples=SAMPLES),
+            ops.decode_audio(
+                sample_rate=RATE,
+                num_channels=1,
+                num_samples=SAMPLES,
+                lowpass_filter_width=int(width) if width else None,
+            ),
             concurrency="auto" if auto else int(concurrency),
             name="decode",
         )
@@ -210,6 +222,7 @@ def import_error(kind: str) -> str | None:
 
 def configs(threads: int) -> list[tuple[str, str, str]]:
     cs = [("spdl-go", "spdl-go", str(threads)), ("spdl-go auto", "spdl-go", "auto")]
+    cs += [("spdl-go width 6", "spdl-go", f"{threads}:w6")]
     cs += [(f"DataLoader+soundfile w={w}", "dataloader", str(w)) for w in DL_WORKERS]
     cs += [("SPDL 0.8", "spdl", str(threads))]
     return cs

@@ -172,7 +172,7 @@ var opOptions = map[string]string{
 	"to_device":           `{"device": 0, "pinned": true, "keep_on_cpu": ["id"], "runtime": []}`,
 	"read_file":           `{"key": "path", "output_key": "data", "timeout_s": 3.5, "retries": 0, "s3": {"endpoint": "http://localhost:9000", "virtual_host": false}, "cache_memory_bytes": 1024}`,
 	"decode_image":        `{"key": "jpg", "output_key": null, "mode": "rgba", "dtype": "uint8", "size": [224, 224], "short_side": null, "interpolation": "bilinear"}`,
-	"decode_audio":        `{"key": null, "output_key": null, "sample_rate": 16000, "num_channels": 1, "start": 0.5, "duration": 2, "num_samples": null}`,
+	"decode_audio":        `{"key": null, "output_key": null, "sample_rate": 16000, "num_channels": 1, "lowpass_filter_width": 6, "start": 0.5, "duration": 2, "num_samples": null}`,
 	"decode_video":        `{"key": null, "output_key": null, "indices": null, "fps": null, "num_frames": 8, "start": 1, "duration": null, "mode": null, "size": [112, 112], "short_side": null, "interpolation": null, "apply_rotation": true, "apply_sar": false, "threads": 1, "max_frames": null}`,
 	"resize":              `{"key": null, "output_key": null, "size": [32, 48], "short_side": null, "interpolation": "nearest"}`,
 	"center_crop":         `{"key": null, "output_key": null, "size": 16}`,

@@ -195,6 +195,8 @@ def load_audio(
         num_samples: Crop or zero-pad to exactly this many samples.
         max_samples: Refuse a larger output (default 400_000_000).
         name: What to call bytes in errors.
+        options: Other ``ops.decode_audio`` options, such as
+            ``lowpass_filter_width``.
 
     Raises:
         ValueError: An option is invalid.

@@ -16,6 +16,7 @@ struct spdl_audio {
 	int in_fmt, in_rate;
 	/* The output. */
 	int want_rate, want_channels;
+	int filter_size; /* libswresample's filter_size; 0 keeps its default */
 	AVChannelLayout out_layout;
 	int out_rate, nch;
 	int64_t max_bytes;
@@ -32,10 +33,11 @@ struct spdl_audio {
 	int swr_ok;
 };
 
-spdl_audio *spdl_audio_new(int out_rate, int out_channels, int64_t max_bytes) {
+spdl_audio *spdl_audio_new(int out_rate, int out_channels, int filter_size, int64_t max_bytes) {
 	spdl_audio *a = calloc(1, sizeof(*a));
 	if (!a)
 		return NULL;
+	a->filter_size = filter_size;
 	a->want_rate = out_rate;
 	a->want_channels = out_channels;
 	a->max_bytes = max_bytes;
@@ -54,7 +56,7 @@ spdl_audio *spdl_audio_new(int out_rate, int out_channels, int64_t max_bytes) {
 typedef struct {
 	SwrContext *swr;
 	AVChannelLayout in_layout, out_layout;
-	int in_fmt, in_rate, out_rate;
+	int in_fmt, in_rate, out_rate, filter_size;
 } swr_entry;
 
 static pthread_mutex_t swr_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -63,12 +65,13 @@ static int swr_cached;
 
 /* swr_take returns a cached resampler for this configuration (not yet
  * re-initialised), or NULL. */
-static SwrContext *swr_take(const AVChannelLayout *in, int in_fmt, int in_rate, const AVChannelLayout *out, int out_rate) {
+static SwrContext *swr_take(const AVChannelLayout *in, int in_fmt, int in_rate, const AVChannelLayout *out, int out_rate,
+                            int filter_size) {
 	SwrContext *s = NULL;
 	pthread_mutex_lock(&swr_mu);
 	for (int i = swr_cached - 1; i >= 0; i--) {
 		swr_entry *e = &swr_cache[i];
-		if (e->in_fmt == in_fmt && e->in_rate == in_rate && e->out_rate == out_rate &&
+		if (e->in_fmt == in_fmt && e->in_rate == in_rate && e->out_rate == out_rate && e->filter_size == filter_size &&
 		    av_channel_layout_compare(&e->in_layout, in) == 0 && av_channel_layout_compare(&e->out_layout, out) == 0) {
 			s = e->swr;
 			av_channel_layout_uninit(&e->in_layout);
@@ -89,7 +92,7 @@ static void swr_give(spdl_audio *a) {
 	a->swr = NULL;
 	if (!s)
 		return;
-	swr_entry e = {.swr = s, .in_fmt = a->in_fmt, .in_rate = a->in_rate, .out_rate = a->out_rate};
+	swr_entry e = {.swr = s, .in_fmt = a->in_fmt, .in_rate = a->in_rate, .out_rate = a->out_rate, .filter_size = a->filter_size};
 	if (av_channel_layout_copy(&e.in_layout, &a->in_layout) < 0 ||
 	    av_channel_layout_copy(&e.out_layout, &a->out_layout) < 0) {
 		av_channel_layout_uninit(&e.in_layout);
@@ -357,7 +360,7 @@ static int configure(spdl_audio *a, const AVFrame *f) {
 	a->in_layout = in;
 	a->in_fmt = f->format;
 	a->in_rate = f->sample_rate;
-	if ((a->swr = swr_take(&a->in_layout, a->in_fmt, a->in_rate, &a->out_layout, a->out_rate))) {
+	if ((a->swr = swr_take(&a->in_layout, a->in_fmt, a->in_rate, &a->out_layout, a->out_rate, a->filter_size))) {
 		/* Same options as below (swr_init keeps them, and the matrix
 		 * set with swr_set_matrix); this resets its state. */
 		if ((rc = swr_init(a->swr)) < 0)
@@ -372,6 +375,8 @@ static int configure(spdl_audio *a, const AVFrame *f) {
 	/* Normalize the standard mixing matrices so that no output channel sums
 	 * to more than 1: stereo to mono is then the average of the two. */
 	if ((rc = av_opt_set_double(a->swr, "rematrix_maxval", 1.0, 0)) < 0)
+		return rc;
+	if (a->filter_size > 0 && (rc = av_opt_set_int(a->swr, "filter_size", a->filter_size, 0)) < 0)
 		return rc;
 	if (in.nb_channels == 1 && a->nch > 1) {
 		/* Mono fills every output channel at full level (the standard matrix

@@ -28,9 +28,11 @@
 
 typedef struct spdl_audio spdl_audio;
 
-/* out_rate and out_channels of 0 take the first frame's. max_bytes bounds
- * the output (all channels). Returns NULL when out of memory. */
-spdl_audio *spdl_audio_new(int out_rate, int out_channels, int64_t max_bytes);
+/* out_rate and out_channels of 0 take the first frame's. filter_size is
+ * libswresample's (taps at the lower rate: twice the sinc's zero crossings
+ * on each side); 0 keeps its default of 32. max_bytes bounds the output
+ * (all channels). Returns NULL when out of memory. */
+spdl_audio *spdl_audio_new(int out_rate, int out_channels, int filter_size, int64_t max_bytes);
 /* Frees the converter; its resampler goes to a small process-wide cache
  * of idle ones, which later converters with the same input and output
  * take instead of building a new one. */

@@ -101,6 +101,55 @@ func TestMatchesFFmpegCLI(t *testing.T) {
 	}
 }
 
+// TestResampleMatchesFFmpegCLI compares resampling to 16 kHz with the
+// ffmpeg CLI's aresample at the same filter length: libswresample's
+// default, and torchaudio's default width of 6 (filter_size 12), which must
+// give a different filter. Mono input, so that only the resampler differs.
+func TestResampleMatchesFFmpegCLI(t *testing.T) {
+	checkLeaks(t)
+	path := formats[1].tone(t, t.TempDir(), 44100, 1.2, 440)
+	var outs []decoded
+	for _, width := range []int{0, 6, 1} {
+		t.Run("width "+itoa(width), func(t *testing.T) {
+			af := "aresample=16000"
+			if width > 0 {
+				af += ":filter_size=" + itoa(2*width)
+			}
+			raw, err := exec.Command("ffmpeg", "-v", "error", "-i", path, "-af", af, "-f", "f32le", "-c:a", "pcm_f32le", "-").Output()
+			if err != nil {
+				t.Fatalf("ffmpeg -af %s: %v", af, err)
+			}
+			got := decode(t, av.Source{Path: path}, audio.Options{SampleRate: 16000, LowpassFilterWidth: width})
+			want := decoded{ch: [][]float32{nil}}
+			for i := range len(raw) / 4 {
+				want.ch[0] = append(want.ch[0], max(-1, min(1, math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])))))
+			}
+			if err := within(got, want, 1e-6); err != "" {
+				t.Fatalf("Decode and ffmpeg -af %s differ: %s", af, err)
+			}
+			outs = append(outs, got)
+		})
+	}
+	if len(outs) == 3 && (within(outs[0], outs[1], 1e-4) == "" || within(outs[1], outs[2], 1e-4) == "") {
+		t.Error("lowpass_filter_width did not change the filter")
+	}
+}
+
+// within reports where a and b differ by more than tol ("" if nowhere).
+func within(a, b decoded, tol float64) string {
+	if len(a.ch) != len(b.ch) || a.samples() != b.samples() {
+		return "shape " + itoa(len(a.ch)) + "x" + itoa(a.samples()) + ", want " + itoa(len(b.ch)) + "x" + itoa(b.samples())
+	}
+	for c := range a.ch {
+		for i := range a.ch[c] {
+			if math.Abs(float64(a.ch[c][i]-b.ch[c][i])) > tol {
+				return "channel " + itoa(c) + " sample " + itoa(i) + " = " + ftoa(float64(a.ch[c][i])) + ", want " + ftoa(float64(b.ch[c][i]))
+			}
+		}
+	}
+	return ""
+}
+
 // TestFastPathBadInput gives the fast path's signatures with bad contents:
 // each must fail that item with an *av.Error naming it (or, for a flipped
 // byte that still parses, decode to audio in range), never crash or leak.

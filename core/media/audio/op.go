@@ -27,6 +27,8 @@ func init() {
 //
 //	sample_rate  int    resample to this rate; default the file's
 //	num_channels int    remix to this many channels; default the file's
+//	lowpass_filter_width int  the resampling filter's zero crossings on
+//	                    each side (1-64); default libswresample's 16
 //	start        float  seconds to skip; default 0
 //	duration     float  seconds to keep from start; default to the end
 //	num_samples  int    crop or zero-pad to exactly this many samples
@@ -45,7 +47,7 @@ func newDecodeAudio(m map[string]any) (ops.Op, error) {
 		return nil, err
 	}
 	var o Options
-	known := []string{"sample_rate", "num_channels", "start", "duration", "num_samples", "max_samples", "key", "output_key"}
+	known := []string{"sample_rate", "num_channels", "lowpass_filter_width", "start", "duration", "num_samples", "max_samples", "key", "output_key"}
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if !slices.Contains(known, k) {
 			return nil, fmt.Errorf("unknown option %q; known options: %s", k, strings.Join(known, ", "))
@@ -55,6 +57,9 @@ func newDecodeAudio(m map[string]any) (ops.Op, error) {
 		return nil, err
 	}
 	if o.NumChannels, err = intOpt(m, "num_channels", 1); err != nil {
+		return nil, err
+	}
+	if o.LowpassFilterWidth, err = intOpt(m, "lowpass_filter_width", 1); err != nil {
 		return nil, err
 	}
 	if o.NumSamples, err = intOpt(m, "num_samples", 1); err != nil {
