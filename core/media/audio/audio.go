@@ -151,16 +151,23 @@ func Decode(ctx context.Context, src av.Source, o Options) (*tensor.Tensor, erro
 	if err := o.validate(); err != nil {
 		return nil, av.Errorf(src, "decode audio", "%w", err)
 	}
-	t, err := decode(ctx, src, o, true)
+	t, err := decode(ctx, src, o, true, fastOpen && rawFLAC)
+	if errors.Is(err, errRaw) && ctx.Err() == nil {
+		rawFallbacks.Add(1)
+		t, err = decode(ctx, src, o, true, false)
+	}
 	if errors.Is(err, errSeekMissed) {
 		seekMisses.Add(1)
-		t, err = decode(ctx, src, o, false)
+		t, err = decode(ctx, src, o, false, false)
 	}
 	return t, err
 }
 
-func decode(ctx context.Context, src av.Source, o Options, seek bool) (_ *tensor.Tensor, err error) {
-	in, err := av.Open(src, openOptions(src))
+// decode decodes src, seeking to o.Start if seek says it may, and reading
+// a FLAC file's frames without the demuxer if raw says it may (flacraw.go).
+func decode(ctx context.Context, src av.Source, o Options, seek, raw bool) (_ *tensor.Tensor, err error) {
+	oo := openOptions(src)
+	in, err := av.Open(src, oo)
 	if err != nil {
 		return nil, err
 	}
@@ -180,8 +187,27 @@ func decode(ctx context.Context, src av.Source, o Options, seek bool) (_ *tensor
 	if origin == astiav.NoPtsValue {
 		origin = 0
 	}
+	wantSeek := seek && o.Start > seekMin && tb > 0
+	// prefix: the raw frames stop before the end of the file, so running
+	// out of them before the output is full means the estimate was short.
+	usedRaw, prefix := false, false
+	if raw && oo.Format == "flac" && !wantSeek {
+		if span, ok := flacFrames(src, o); ok {
+			if err := dec.SetRaw(int(span.n), func(b []byte) error { return readSpan(src, span, b) }); err == nil {
+				usedRaw, prefix = true, !span.whole
+				rawUses.Add(1)
+			}
+		}
+	}
+	if usedRaw {
+		defer func() {
+			if err != nil && ctx.Err() == nil {
+				err = fmt.Errorf("%w: %w", errRaw, err)
+			}
+		}()
+	}
 	seeked := false
-	if seek && o.Start > seekMin && tb > 0 {
+	if wantSeek {
 		target := origin + int64((o.Start-preroll)/tb)
 		if err := in.FC.SeekFrame(st.Index(), target, astiav.NewSeekFlags(astiav.SeekFlagBackward)); err != nil {
 			return nil, errSeekMissed
@@ -369,6 +395,9 @@ func decode(ctx context.Context, src av.Source, o Options, seek bool) (_ *tensor
 		default:
 			return nil, av.Errorf(src, "decode audio", "the %s stream holds no audio that could be decoded", st.CodecParameters().CodecID().Name())
 		}
+	}
+	if prefix && C.spdl_audio_full(a) == 0 {
+		return nil, errRaw
 	}
 	if rc := C.spdl_audio_flush(a); rc < 0 {
 		return nil, fail(rc)

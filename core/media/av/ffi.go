@@ -44,6 +44,20 @@ func streamC(s *astiav.Stream) *C.AVStream {
 	return *(**C.AVStream)(unsafe.Pointer(s))
 }
 
+func packetC(p *astiav.Packet) *C.AVPacket {
+	return *(**C.AVPacket)(unsafe.Pointer(p))
+}
+
+// payload is p's data as a slice over its C memory (go-astiav's Data
+// copies it), valid until p is unreferenced.
+func payload(p *astiav.Packet) []byte {
+	c := packetC(p)
+	if c.data == nil || c.size <= 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(c.data)), int(c.size))
+}
+
 // Discard levels for SetSkipFrame (FFmpeg's enum AVDiscard).
 const (
 	DiscardDefault = int(C.AVDISCARD_DEFAULT)
