@@ -179,6 +179,12 @@ func readStage(m map[string]any) (pipeline.StageConfig, any, error) {
 			return st, nil, bad("%w", err)
 		}
 		op, _ = r.Get("op")
+		if m, ok := op.(map[string]any); ok && st.AutoConcurrency && m["kind"] == "native" {
+			// A native op starts at its share of cpu_budget (the engine's
+			// default); a Python callable at one thread, since on a GIL
+			// build more threads rarely help it.
+			st.Concurrency = 0
+		}
 	case "aggregate":
 		st.Kind = pipeline.KindAggregate
 		v, _ := r.Get("num_items")

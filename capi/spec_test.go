@@ -345,8 +345,17 @@ func TestSpecCheckNamesTheArgument(t *testing.T) {
 	}
 }
 
-// An auto stage starts at one thread, as before the spec named it "auto".
+// An auto stage of a Python callable starts at one thread; one of a
+// native op at its share of the budget (Concurrency 0: the engine's default).
 func TestAutoStageSpec(t *testing.T) {
+	native, err := buildConfig([]byte(`{"source": {"kind": "range", "stop": 1}, "stages": [{"kind": "pipe", "concurrency": "auto",
+		"op": {"kind": "native", "name": "identity", "options": {}}}], "cpu_budget": 4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := native.Stages[0]; !st.AutoConcurrency || st.Concurrency != 0 {
+		t.Errorf("native auto stage %+v", st)
+	}
 	cfg, err := buildConfig([]byte(`{"source": {"kind": "range", "stop": 1}, "stages": [{"kind": "pipe", "concurrency": "auto",
 		"max_concurrency": 3, "timeout_s": 0.25, "op": {"kind": "python", "id": 1}}], "num_threads": null, "cpu_budget": 4}`))
 	if err != nil {

@@ -363,13 +363,14 @@ func (ep *epoch) runTuner(ws []*autoWindow, allDone <-chan struct{}) error {
 			// change are through; a fresh tuner's first windows are short
 			// (the first guess needs only the busy time and the CPU).
 			least, need := interval, int64(minWindowItems*limit)
+			first := false
 			switch {
 			case w.discard:
 				least, need = short, int64(limit)
 			case !warm && phase == phaseMeasure:
-				least = short
+				least, first = short, true
 			}
-			if dt < least || (items-w.items < need && dt < maxWindowIntervals*interval) {
+			if dt < least {
 				continue
 			}
 			m := window{
@@ -382,6 +383,18 @@ func (ep *epoch) runTuner(ws []*autoWindow, allDone <-chan struct{}) error {
 				m.cpu = float64(cpu-w.cpu) / float64(dt)
 			}
 			m.room, m.over = room(p.cfg.CPUBudget, p.autoUsed(), Cores, m.cpu)
+			if items-w.items < need && dt < maxWindowIntervals*interval {
+				// Too few items to compare rates. A fresh tuner's first
+				// guess compares none: one finished item will do when the
+				// guess fires (heavy items, such as video clips, would
+				// otherwise run at the starting concurrency for
+				// minWindowItems of them).
+				// A quarter interval evens out the CPU that other threads
+				// (the source, the consumer) add to a short window.
+				if !first || items == w.items || dt < interval/4 || t.guess(m) <= limit {
+					continue
+				}
+			}
 			w.t0, w.items, w.busy, w.cpu = now, items, busy, cpu
 			if w.discard {
 				w.discard = false

@@ -143,7 +143,9 @@ class PipelineBuilder:
                 against ``build(num_threads=)``.
             concurrency: How many items the stage works on at once, or
                 ``"auto"``: the engine starts the stage at its share of
-                ``build(cpu_budget=)``, measures its throughput while it
+                ``build(cpu_budget=)`` (a Python callable at one thread),
+                jumps to fill idle cores once its first item shows a
+                CPU-bound op, measures its throughput while it
                 runs, adds a thread while each one raises it by 5% or more
                 (up to ``max_concurrency``, within the budget; past it, up
                 to twice the budget, only while the process already uses
