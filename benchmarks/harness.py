@@ -190,9 +190,36 @@ def measure(batches: Iterable[Any], count: Callable[[Any], int], expect: int) ->
     }
 
 
+def _cpu_busy() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs, from /proc/stat; (0, 0) elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v) - idle, sum(v)
+
+
+def settle(idle: float = 0.9, window: float = 0.25, most: float = 5.0) -> None:
+    """Waits (at most ``most`` seconds) until the machine's CPUs are at
+    least ``idle`` idle over a ``window``: the previous run's processes
+    (a DataLoader's workers freeing hundreds of MB as they exit) must not
+    run into the next one, which would otherwise pay for them."""
+    end = time.monotonic() + most
+    while time.monotonic() < end:
+        b0, t0 = _cpu_busy()
+        time.sleep(window)
+        b1, t1 = _cpu_busy()
+        if t1 == t0 or (b1 - b0) / (t1 - t0) <= 1 - idle:
+            return
+
+
 def run_config(script: str | Path, args: list[str], timeout: float) -> dict:
-    """Runs ``script --_worker *args`` in a fresh interpreter; the worker
-    prints one JSON line (its last line of stdout)."""
+    """Runs ``script --_worker *args`` in a fresh interpreter, once the
+    machine is quiet (``settle``); the worker prints one JSON line (its
+    last line of stdout)."""
+    settle()
     cmd = [sys.executable, str(script), "--_worker", *args]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
