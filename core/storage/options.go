@@ -15,10 +15,11 @@ import (
 //	timeout_s      seconds an attempt may wait for headers or for more data (> 0)
 //	retries        retries of a failed attempt (>= 0; 0 means none)
 //	ca_file        a PEM bundle to trust for https://
-//	s3             {endpoint, region, access_key, secret_key, session_token, virtual_host}
+//	s3             {endpoint, region, profile, access_key, secret_key, session_token,
+//	                anonymous, virtual_host}: overrides of the AWS SDK's
+//	                defaults (S3Options)
 //
-// Python fills s3 from the AWS_* variables; Go sees only the environment
-// the process started with. The caller calls r.Done.
+// The caller calls r.Done.
 func ReadOptions(r *options.Reader) (Options, error) {
 	var o Options
 	t, err := r.Number("timeout_s", 0)
@@ -59,10 +60,13 @@ func ReadOptions(r *options.Reader) (Options, error) {
 		s, err = s3.String(name, "")
 		return s
 	}
-	o.S3 = S3Options{Endpoint: str("endpoint"), Region: str("region"), AccessKey: str("access_key"),
+	o.S3 = S3Options{Endpoint: str("endpoint"), Region: str("region"), Profile: str("profile"), AccessKey: str("access_key"),
 		SecretKey: str("secret_key"), SessionToken: str("session_token")}
 	if err == nil {
 		o.S3.VirtualHost, err = s3.Bool("virtual_host", false)
+	}
+	if err == nil {
+		o.S3.Anonymous, err = s3.Bool("anonymous", false)
 	}
 	if err == nil {
 		err = s3.Done()

@@ -1,62 +1,129 @@
 package storage
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"net/url"
 	"os"
-	"sort"
 	"strings"
-	"time"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
-// S3Options configure s3://bucket/key names.
+// S3Options configure s3://bucket/key names. Everything left empty comes
+// from the AWS SDK for Go v2's defaults (config.LoadDefaultConfig): the
+// AWS_* environment variables, the shared config and credentials files
+// and their profiles, a web identity token file exchanged through STS,
+// the ECS container credentials endpoint, EC2's instance metadata
+// (IMDSv2), SSO and credential_process. Credentials that expire are
+// refreshed before they do.
 type S3Options struct {
 	// Endpoint is the store's base URL (e.g. "http://127.0.0.1:9000" for
-	// MinIO or another S3-compatible server); empty means AWS,
-	// https://<bucket>.s3.<region>.amazonaws.com.
+	// MinIO or another S3-compatible server); empty means
+	// AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or the profile's, else AWS.
 	Endpoint string
-	// Region signs requests (default us-east-1).
+	// Region overrides AWS_REGION and the profile's (default us-east-1
+	// when nothing names one).
 	Region string
-	// AccessKey and SecretKey sign requests with AWS Signature Version 4;
-	// without them, requests are anonymous (public buckets).
+	// Profile picks a profile of the shared config and credentials files
+	// instead of AWS_PROFILE's.
+	Profile string
+	// AccessKey and SecretKey (with SessionToken for temporary ones) are
+	// static credentials, used instead of the SDK's chain.
 	AccessKey, SecretKey string
-	// SessionToken is sent with temporary credentials.
-	SessionToken string
+	SessionToken         string
+	// Anonymous sends unsigned requests (public buckets), skipping the
+	// credential chain.
+	Anonymous bool
 	// VirtualHost addresses buckets as <bucket>.<endpoint host> rather
-	// than <endpoint>/<bucket>; AWS (no Endpoint) always does.
+	// than <endpoint>/<bucket> when Endpoint is set; AWS itself is always
+	// addressed that way.
 	VirtualHost bool
 }
 
-// S3FromEnv reads the variables the AWS tools read: AWS_ENDPOINT_URL_S3
-// or AWS_ENDPOINT_URL, AWS_REGION or AWS_DEFAULT_REGION,
-// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN.
-func S3FromEnv() S3Options {
-	first := func(names ...string) string {
-		for _, n := range names {
-			if v := os.Getenv(n); v != "" {
-				return v
-			}
-		}
-		return ""
-	}
-	return S3Options{
-		Endpoint:     first("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
-		Region:       first("AWS_REGION", "AWS_DEFAULT_REGION"),
-		AccessKey:    os.Getenv("AWS_ACCESS_KEY_ID"),
-		SecretKey:    os.Getenv("AWS_SECRET_ACCESS_KEY"),
-		SessionToken: os.Getenv("AWS_SESSION_TOKEN"),
-	}
+// EnvSync, if set, copies the AWS_* variables of the process's current
+// environment into Go's; New calls it, so that the SDK reads them as they
+// were when the Client was made. libspdl sets it: Go copies the
+// environment once, when the library loads, and a Python program may set
+// AWS_PROFILE or AWS_ROLE_ARN after that.
+var EnvSync func()
+
+// s3Client is a Client's S3 service client, made on first use.
+type s3Client struct {
+	once sync.Once
+	cl   *s3.Client
+	err  error
 }
 
-func (o S3Options) region() string {
-	if o.Region == "" {
-		return "us-east-1"
+func (c *Client) s3(ctx context.Context) (*s3.Client, error) {
+	c.s3c.once.Do(func() { c.s3c.cl, c.s3c.err = newS3(ctx, c.o.S3, c.http) })
+	return c.s3c.cl, c.s3c.err
+}
+
+func newS3(ctx context.Context, o S3Options, hc *http.Client) (*s3.Client, error) {
+	// The SDK needs a client it can configure (AWS_CA_BUNDLE adds roots),
+	// built with this Client's transport settings.
+	base := hc.Transport.(*http.Transport)
+	bc := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		tr.MaxConnsPerHost = base.MaxConnsPerHost
+		tr.MaxIdleConnsPerHost = base.MaxIdleConnsPerHost
+		tr.MaxIdleConns = base.MaxIdleConns
+		tr.ResponseHeaderTimeout = base.ResponseHeaderTimeout
+		tr.DisableCompression = true
+		if base.TLSClientConfig != nil {
+			tr.TLSClientConfig = base.TLSClientConfig.Clone()
+		}
+	})
+	opts := []func(*config.LoadOptions) error{
+		config.WithHTTPClient(bc),
+		// One layer of retries, Client.retry's, with its backoff and
+		// per-attempt timeouts; the credential providers keep theirs.
+		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
 	}
-	return o.Region
+	if o.Region != "" {
+		opts = append(opts, config.WithRegion(o.Region))
+	}
+	if o.Profile != "" {
+		opts = append(opts, config.WithSharedConfigProfile(o.Profile))
+	}
+	switch {
+	case o.Anonymous:
+		opts = append(opts, config.WithCredentialsProvider(aws.AnonymousCredentials{}))
+	case o.AccessKey != "" || o.SecretKey != "":
+		if o.AccessKey == "" || o.SecretKey == "" {
+			return nil, errors.New("S3 settings: access_key and secret_key go together")
+		}
+		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(o.AccessKey, o.SecretKey, o.SessionToken)))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("loading the AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	return s3.NewFromConfig(cfg, func(so *s3.Options) {
+		if o.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+		// A custom endpoint (MinIO, versitygw) is path-addressed unless
+		// asked otherwise; AWS picks virtual hosts itself.
+		so.UsePathStyle = so.BaseEndpoint != nil && !o.VirtualHost
+		// Data is read whole or in ranges and checked by TLS; the
+		// per-object checksum would cost a CRC over every byte.
+		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	}), nil
 }
 
 // splitS3 splits s3://bucket/key.
@@ -69,142 +136,181 @@ func splitS3(name string) (bucket, key string, err error) {
 	return bucket, key, nil
 }
 
-// objectURL maps s3://bucket/key to the HTTP URL of the object, and
-// s3://bucket/?query to the bucket's URL (for listing).
-func (o S3Options) objectURL(name string) (string, error) {
-	query := ""
-	if b, q, ok := strings.Cut(name, "/?"); ok {
-		name, query = b+"/", "?"+q
+// s3Attempt is attempt for an s3:// name: one GET (of n bytes at off when
+// off >= 0) or HEAD through the SDK, whose raw HTTP response goes to
+// handle as an http.Response's would.
+func (c *Client) s3Attempt(ctx context.Context, name, method string, off, n int64, handle func(*http.Response, io.Reader) error) (int, error) {
+	cl, err := c.s3(ctx)
+	if err != nil {
+		return 0, err
 	}
 	bucket, key, err := splitS3(name)
-	if err != nil && query == "" {
-		return "", err
+	if err != nil {
+		return 0, err
 	}
-	if query != "" {
-		bucket, key = strings.TrimSuffix(strings.TrimPrefix(name, "s3://"), "/"), ""
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var meta middleware.Metadata
+	var body io.ReadCloser
+	switch method {
+	case "HEAD":
+		out, err := cl.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: &key})
+		if err != nil {
+			return s3Failure(err, off, n)
+		}
+		meta = out.ResultMetadata
+	default:
+		in := &s3.GetObjectInput{Bucket: &bucket, Key: &key}
+		if off >= 0 {
+			in.Range = aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+		}
+		out, err := cl.GetObject(ctx, in)
+		if err != nil {
+			return s3Failure(err, off, n)
+		}
+		meta, body = out.ResultMetadata, out.Body
+		defer body.Close()
 	}
-	path := "/" + uriEncode(key, false) + query
-	if o.Endpoint == "" {
-		return fmt.Sprintf("https://%s.s3.%s.amazonaws.com%s", bucket, o.region(), path), nil
+	raw, ok := awsmiddleware.GetRawResponse(meta).(*smithyhttp.Response)
+	if !ok || raw.Response == nil {
+		return 0, errors.New("the AWS SDK returned no HTTP response")
 	}
-	u, err := url.Parse(o.Endpoint)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("S3 endpoint %q is not a URL like http://host:port", o.Endpoint)
+	resp := raw.Response
+	if off >= 0 && resp.StatusCode == http.StatusOK {
+		return resp.StatusCode, ErrNoRanges
 	}
-	if o.VirtualHost {
-		return fmt.Sprintf("%s://%s.%s%s", u.Scheme, bucket, u.Host, path), nil
+	if body == nil {
+		return resp.StatusCode, handle(resp, http.NoBody)
 	}
-	base := strings.TrimSuffix(u.Scheme+"://"+u.Host+u.Path, "/")
-	return base + "/" + uriEncode(bucket, false) + path, nil
+	r := &stallReader{r: body, timeout: c.o.Timeout, cancel: cancel}
+	defer r.stop()
+	if err := handle(resp, r); err != nil {
+		if r.stalled.Load() {
+			err = fmt.Errorf("no data for %v: %w", c.o.Timeout, errStalled)
+		}
+		return resp.StatusCode, err
+	}
+	return resp.StatusCode, nil
 }
 
-// emptySHA256 is the hash of an empty payload (GET and HEAD send none).
-const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-
-// sign adds AWS Signature Version 4 headers to a request for an s3://
-// object, when credentials are set.
-func (c *Client) sign(req *http.Request) error {
-	o := c.o.S3
-	if !isS3Request(req, o) || o.AccessKey == "" {
-		return nil
+// s3Open starts a GET of the whole object and returns its body, for
+// Open's one-GET fallback.
+func (c *Client) s3Open(ctx context.Context, name string) (io.ReadCloser, int, error) {
+	cl, err := c.s3(ctx)
+	if err != nil {
+		return nil, 0, err
 	}
-	return signV4(req, o, time.Now().UTC())
+	bucket, key, err := splitS3(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, err := cl.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		status, err := s3Failure(err, -1, 0)
+		return nil, status, err
+	}
+	return out.Body, http.StatusOK, nil
 }
 
-// isS3Request reports whether req was built from an s3:// name.
-func isS3Request(req *http.Request, o S3Options) bool {
-	if o.Endpoint == "" {
-		return strings.HasSuffix(req.URL.Host, ".amazonaws.com")
+// s3Failure turns an SDK error into the status and error attempt returns:
+// the HTTP status when the server answered, the S3 error code and message
+// (never a credential), and ErrNotFound for a missing key or bucket.
+func s3Failure(err error, off, n int64) (int, error) {
+	status := 0
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
 	}
-	u, err := url.Parse(o.Endpoint)
-	return err == nil && (req.URL.Host == u.Host || strings.HasSuffix(req.URL.Host, "."+u.Host))
-}
-
-func signV4(req *http.Request, o S3Options, now time.Time) error {
-	amzDate := now.Format("20060102T150405Z")
-	day := now.Format("20060102")
-	req.Header.Set("x-amz-date", amzDate)
-	req.Header.Set("x-amz-content-sha256", emptySHA256)
-	if o.SessionToken != "" {
-		req.Header.Set("x-amz-security-token", o.SessionToken)
-	}
-	host := req.URL.Host
-	signed := map[string]string{"host": host}
-	for k, v := range req.Header {
-		lk := strings.ToLower(k)
-		if strings.HasPrefix(lk, "x-amz-") || lk == "range" {
-			signed[lk] = strings.TrimSpace(strings.Join(v, ","))
+	var api smithy.APIError
+	msg := ""
+	if errors.As(err, &api) {
+		msg = api.ErrorCode()
+		if m := api.ErrorMessage(); m != "" && m != msg {
+			msg += ": " + m
 		}
 	}
-	names := make([]string, 0, len(signed))
-	for k := range signed {
-		names = append(names, k)
+	switch {
+	case status == http.StatusNotFound:
+		if msg == "" {
+			return status, ErrNotFound
+		}
+		return status, notFound{errors.New(msg)}
+	case off >= 0 && status == http.StatusRequestedRangeNotSatisfiable:
+		return status, statusError{fmt.Sprintf("range %d-%d is past the object's end", off, off+n-1)}
+	case status != 0:
+		if msg == "" {
+			msg = "the server refused the request"
+		}
+		return status, statusError{msg}
 	}
-	sort.Strings(names)
-	var canonHeaders strings.Builder
-	for _, k := range names {
-		canonHeaders.WriteString(k + ":" + signed[k] + "\n")
+	// No answer: a transport error (retryable when it is one of those),
+	// or the credential chain's own failure, which the SDK words.
+	var oe *smithy.OperationError
+	if errors.As(err, &oe) {
+		err = oe.Err
 	}
-	signedHeaders := strings.Join(names, ";")
-	path := req.URL.EscapedPath()
-	if path == "" {
-		path = "/"
-	}
-	canonical := strings.Join([]string{req.Method, path, canonicalQuery(req.URL), canonHeaders.String(), signedHeaders, emptySHA256}, "\n")
-	scope := day + "/" + o.region() + "/s3/aws4_request"
-	toSign := "AWS4-HMAC-SHA256\n" + amzDate + "\n" + scope + "\n" + hexSHA256(canonical)
-	key := hmacSHA256([]byte("AWS4"+o.SecretKey), day)
-	key = hmacSHA256(key, o.region())
-	key = hmacSHA256(key, "s3")
-	key = hmacSHA256(key, "aws4_request")
-	sig := hex.EncodeToString(hmacSHA256(key, toSign))
-	req.Header.Set("Authorization", fmt.Sprintf("AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s", o.AccessKey, scope, signedHeaders, sig))
-	return nil
+	return 0, unwrapURLError(err)
 }
 
-func canonicalQuery(u *url.URL) string {
-	q := u.Query()
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
+// listS3 pages through ListObjectsV2 for prefix (s3://bucket/keyprefix).
+func (c *Client) listS3(ctx context.Context, prefix string) ([]Object, error) {
+	rest := strings.TrimPrefix(prefix, "s3://")
+	bucket, keyPrefix, _ := strings.Cut(rest, "/")
+	if bucket == "" {
+		return nil, fmt.Errorf("%s: want s3://bucket/prefix", prefix)
 	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		vs := q[k]
-		sort.Strings(vs)
-		for _, v := range vs {
-			parts = append(parts, uriEncode(k, true)+"="+uriEncode(v, true))
+	cl, err := c.s3(ctx)
+	if err != nil {
+		return nil, &Error{URL: prefix, Attempts: 1, Err: err}
+	}
+	var out []Object
+	var token *string
+	for {
+		var page *s3.ListObjectsV2Output
+		err := c.retry(ctx, prefix, func() (int, error) {
+			p, err := cl.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &bucket, Prefix: &keyPrefix, ContinuationToken: token})
+			if err != nil {
+				return s3Failure(err, -1, 0)
+			}
+			page = p
+			return http.StatusOK, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range page.Contents {
+			out = append(out, Object{Name: "s3://" + bucket + "/" + aws.ToString(o.Key), Size: aws.ToInt64(o.Size)})
+		}
+		if !aws.ToBool(page.IsTruncated) || page.NextContinuationToken == nil {
+			return out, nil
+		}
+		token = page.NextContinuationToken
+	}
+}
+
+// awsEnvPrefix names the variables EnvSync copies.
+const awsEnvPrefix = "AWS_"
+
+// SyncAWSEnv sets Go's AWS_* variables to those of environ (KEY=VALUE
+// entries) and unsets the ones environ lacks: what EnvSync implementations
+// call with the C environment.
+func SyncAWSEnv(environ []string) {
+	want := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, awsEnvPrefix) {
+			want[k] = v
 		}
 	}
-	return strings.Join(parts, "&")
-}
-
-// uriEncode escapes as SigV4 wants: unreserved characters stay, '/' stays
-// unless encodeSlash, everything else becomes %XX (upper case).
-func uriEncode(s string, encodeSlash bool) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
-			b.WriteByte(c)
-		case c == '/' && !encodeSlash:
-			b.WriteByte(c)
-		default:
-			fmt.Fprintf(&b, "%%%02X", c)
+	for _, kv := range os.Environ() {
+		if k, _, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, awsEnvPrefix) {
+			if _, keep := want[k]; !keep {
+				os.Unsetenv(k)
+			}
 		}
 	}
-	return b.String()
-}
-
-func hexSHA256(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
-func hmacSHA256(key []byte, s string) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(s))
-	return m.Sum(nil)
+	for k, v := range want {
+		if os.Getenv(k) != v {
+			os.Setenv(k, v)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 // Package storage reads objects by name: local paths (and file:// URLs),
 // http:// and https:// URLs, and s3://bucket/key objects of any
-// S3-compatible store. Remote reads retry with exponential backoff on
+// S3-compatible store (through the AWS SDK for Go v2, with its credential
+// chain: s3.go). Remote reads retry with exponential backoff on
 // server errors (5xx, 429), resets and timeouts; each attempt has a
 // timeout, for the response headers and again between body reads, so a
 // server that stalls fails the read instead of hanging it. Errors name the
@@ -46,7 +47,7 @@ type Options struct {
 	// https:// (a private object store's); empty means the system's
 	// (which SSL_CERT_FILE may also name).
 	CAFile string
-	// S3 configures s3:// names; see S3FromEnv.
+	// S3 configures s3:// names (s3.go).
 	S3 S3Options
 }
 
@@ -54,6 +55,7 @@ type Options struct {
 type Client struct {
 	o    Options
 	http *http.Client
+	s3c  s3Client
 }
 
 // New returns a Client; it fails only on an unreadable CAFile.
@@ -71,6 +73,9 @@ func New(o Options) (*Client, error) {
 	}
 	if o.MaxConnsPerHost <= 0 {
 		o.MaxConnsPerHost = 256
+	}
+	if EnvSync != nil {
+		EnvSync()
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxConnsPerHost = o.MaxConnsPerHost
@@ -241,12 +246,6 @@ func (c *Client) do(ctx context.Context, name, method string, off, n int64, hand
 	return c.retry(ctx, name, func() (int, error) { return c.attempt(ctx, name, method, off, n, handle) })
 }
 
-// doURL GETs target (an s3:// bucket URL with a query, for listing);
-// errors name what the caller asked for.
-func (c *Client) doURL(ctx context.Context, name, target string, handle func(*http.Response, io.Reader) error) error {
-	return c.retry(ctx, name, func() (int, error) { return c.attempt(ctx, target, "GET", -1, 0, handle) })
-}
-
 func (c *Client) retry(ctx context.Context, name string, try func() (int, error)) error {
 	e := &Error{URL: name}
 	backoff := c.o.Backoff
@@ -281,17 +280,17 @@ type statusError struct{ msg string }
 func (s statusError) Error() string { return s.msg }
 
 func (c *Client) attempt(ctx context.Context, name, method string, off, n int64, handle func(*http.Response, io.Reader) error) (int, error) {
+	if strings.HasPrefix(name, "s3://") {
+		return c.s3Attempt(ctx, name, method, off, n, handle)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := c.request(ctx, name, method)
+	req, err := http.NewRequestWithContext(ctx, method, name, nil)
 	if err != nil {
 		return 0, err
 	}
 	if off >= 0 {
 		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
-	}
-	if err := c.sign(req); err != nil {
-		return 0, err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -361,20 +360,6 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// request builds the request for a URL (s3:// names are mapped to their
-// endpoint; see s3.go).
-func (c *Client) request(ctx context.Context, name, method string) (*http.Request, error) {
-	target := name
-	if strings.HasPrefix(name, "s3://") {
-		u, err := c.o.S3.objectURL(name)
-		if err != nil {
-			return nil, err
-		}
-		target = u
-	}
-	return http.NewRequestWithContext(ctx, method, target, nil)
-}
-
 // stallReader cancels its request when a Read waits longer than timeout.
 type stallReader struct {
 	r       io.Reader
@@ -427,10 +412,16 @@ func (c *Client) openGET(ctx context.Context, name string) (io.ReadCloser, error
 	var body io.ReadCloser
 	err := c.retry(ctx, name, func() (int, error) {
 		actx, cancel := context.WithCancel(ctx)
-		req, err := c.request(actx, name, "GET")
-		if err == nil {
-			err = c.sign(req)
+		if strings.HasPrefix(name, "s3://") {
+			b, status, err := c.s3Open(actx, name)
+			if err != nil {
+				cancel()
+				return status, err
+			}
+			body = &getBody{stallReader: stallReader{r: b, timeout: c.o.Timeout, cancel: cancel}, body: b, name: name}
+			return status, nil
 		}
+		req, err := http.NewRequestWithContext(actx, "GET", name, nil)
 		if err != nil {
 			cancel()
 			return 0, err

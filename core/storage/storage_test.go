@@ -261,7 +261,7 @@ func TestReadsFromS3(t *testing.T) {
 	if !errors.As(err, &se) || se.Status != 403 || se.Attempts != 1 {
 		t.Errorf("wrong secret: %v", err)
 	}
-	anon := mustClient(t, storage.Options{S3: storage.S3Options{Endpoint: srv.Endpoint}})
+	anon := mustClient(t, storage.Options{S3: storage.S3Options{Endpoint: srv.Endpoint, Anonymous: true}})
 	if _, err := anon.ReadAll(ctx, "s3://bucket/a.bin"); err == nil || !strings.Contains(err.Error(), "HTTP 403") {
 		t.Errorf("anonymous read of a private bucket: %v", err)
 	}

@@ -6,27 +6,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-_S3_KEYS = ("endpoint", "region", "access_key", "secret_key", "session_token", "virtual_host")
-
-
-def s3_from_env() -> dict[str, Any]:
-    """S3 settings from the variables the AWS tools read, as they are now
-    (the Go side sees only the environment the process started with)."""
-
-    def first(*names: str) -> str:
-        for n in names:
-            v = os.environ.get(n)
-            if v:
-                return v
-        return ""
-
-    return {
-        "endpoint": first("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
-        "region": first("AWS_REGION", "AWS_DEFAULT_REGION"),
-        "access_key": first("AWS_ACCESS_KEY_ID"),
-        "secret_key": first("AWS_SECRET_ACCESS_KEY"),
-        "session_token": first("AWS_SESSION_TOKEN"),
-    }
+_S3_KEYS = (
+    "endpoint",
+    "region",
+    "profile",
+    "access_key",
+    "secret_key",
+    "session_token",
+    "anonymous",
+    "virtual_host",
+)
 
 
 def storage_options(
@@ -44,11 +33,17 @@ def storage_options(
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise ValueError(f"{who}: retries must be an int >= 0, got {retries!r}")
         out["retries"] = retries
-    settings = s3_from_env()
+    # Everything not given here comes from the AWS SDK's defaults (the
+    # AWS_* variables as they are when the pipeline is built, the shared
+    # config and credentials files, web identity, ECS, IMDS, SSO).
+    settings: dict[str, Any] = {}
     if s3:
         unknown = set(s3) - set(_S3_KEYS)
         if unknown:
             raise ValueError(f"{who}: unknown s3 setting(s) {sorted(unknown)}; known: {', '.join(_S3_KEYS)}")
+        for k in ("anonymous", "virtual_host"):
+            if k in s3 and not isinstance(s3[k], bool):
+                raise ValueError(f"{who}: s3 setting {k} must be True or False, got {s3[k]!r}")
         settings.update(s3)
     out["s3"] = {k: v for k, v in settings.items() if v not in ("", None)}
     return out

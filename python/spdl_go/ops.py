@@ -327,9 +327,15 @@ def read_file(
         timeout: Seconds an attempt may wait for the response headers, and
             again for each piece of the body (default 30).
         retries: Retries of a failed attempt (default 3).
-        s3: S3 settings overriding the ``AWS_*`` environment variables:
-            endpoint (e.g. "http://127.0.0.1:9000"), region, access_key,
-            secret_key, session_token, virtual_host.
+        s3: S3 settings overriding the AWS SDK's defaults (the ``AWS_*``
+            variables as they are when the pipeline is built, the shared
+            config and credentials files and their profiles, a web
+            identity token, ECS container and EC2 instance credentials,
+            SSO, ``credential_process``; expiring credentials are
+            refreshed): endpoint (e.g. "http://127.0.0.1:9000"), region,
+            profile, access_key and secret_key (with session_token),
+            anonymous (unsigned requests, for public buckets),
+            virtual_host. Secrets are redacted in reprs.
         ca_file: A PEM bundle of certificate authorities to trust for
             ``https://`` (default: the system's).
         cache_memory_bytes: Keep up to this many bytes of recently read

@@ -4,6 +4,7 @@ versitygw (S3)."""
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 import time
 from pathlib import Path
@@ -223,3 +224,36 @@ def test_secrets_stay_out_of_reprs():
     ):
         text = repr(obj)
         assert "hunter2" not in text and "tok'" not in text and "<redacted>" in text and "AKIA-visible" in text
+
+
+def test_s3_credentials_from_the_environment_set_after_import(s3, tmp_path, monkeypatch):
+    # With no s3= settings the AWS SDK's chain finds everything, reading
+    # the AWS_* variables as they are when the pipeline is built (set here,
+    # long after libspdl loaded): a shared credentials file and a profile
+    # in it, and the endpoint.
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[train]\naws_access_key_id = {s3.access_key}\naws_secret_access_key = {s3.secret_key}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3.endpoint)
+    monkeypatch.setenv("AWS_REGION", s3.region)
+    keys = [f"s3://bucket/img/{i:04d}.jpg" for i in range(5)]
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    out, st = _run(spdl_go.PipelineBuilder().add_source(keys).pipe(ops.read_file(), concurrency=4))
+    assert not out and "nope" in st.recent_errors[0], st.recent_errors
+    monkeypatch.setenv("AWS_PROFILE", "train")
+    out, st = _run(spdl_go.PipelineBuilder().add_source(keys).pipe(ops.read_file(), concurrency=4))
+    assert len(out) == 5 and not st.recent_errors, st.recent_errors
+    # anonymous=True skips the chain: the private bucket says 403.
+    out, st = _run(spdl_go.PipelineBuilder().add_source(keys[:1]).pipe(ops.read_file(s3={"anonymous": True})))
+    assert not out and "HTTP 403" in st.recent_errors[0], st.recent_errors
+
+
+def test_s3_settings_are_checked():
+    with pytest.raises(ValueError, match="anonymous must be True or False"):
+        ops.read_file(s3={"anonymous": "yes"})
+    with pytest.raises(ValueError, match="unknown s3 setting"):
+        ops.read_file(s3={"bucket": "b"})
