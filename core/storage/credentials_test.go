@@ -3,10 +3,17 @@ package storage_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +65,23 @@ func TestS3CredentialChain(t *testing.T) {
 			t.Setenv("AWS_ENDPOINT_URL_STS", a.URL)
 			return storage.S3Options{}
 		}, "AssumeRoleWithWebIdentity"},
+		{"credential_process", func(t *testing.T, a *storagetest.AWSCreds, home string) storage.S3Options {
+			script := filepath.Join(home, "creds.sh")
+			writeFile(t, script, "#!/bin/sh\necho '{\"Version\": 1, \"AccessKeyId\": \""+srv.AccessKey+"\", \"SecretAccessKey\": \""+srv.SecretKey+"\"}'\n")
+			os.Chmod(script, 0o700)
+			writeFile(t, os.Getenv("AWS_CONFIG_FILE"), "[profile proc]\ncredential_process = "+script+"\n")
+			return storage.S3Options{Profile: "proc"}
+		}, ""},
+		{"SSO (a cached portal token)", func(t *testing.T, a *storagetest.AWSCreds, home string) storage.S3Options {
+			const start = "https://spdl-test.awsapps.com/start"
+			writeFile(t, os.Getenv("AWS_CONFIG_FILE"), "[profile sso]\nsso_start_url = "+start+"\nsso_region = us-east-1\nsso_account_id = 123456789012\nsso_role_name = reader\n")
+			cache := filepath.Join(home, ".aws", "sso", "cache")
+			os.MkdirAll(cache, 0o700)
+			writeFile(t, filepath.Join(cache, fmt.Sprintf("%x.json", sha1.Sum([]byte(start)))),
+				`{"accessToken": "`+a.SSOToken+`", "expiresAt": "`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`", "region": "us-east-1", "startUrl": "`+start+`"}`)
+			t.Setenv("AWS_ENDPOINT_URL_SSO", a.URL)
+			return storage.S3Options{Profile: "sso"}
+		}, "sso"},
 		{"ECS container credentials endpoint", func(t *testing.T, a *storagetest.AWSCreds, home string) storage.S3Options {
 			t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", a.URL+a.ECSPath)
 			t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", a.ECSToken)
@@ -167,5 +191,49 @@ func writeFile(t *testing.T, path, s string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestS3Throttled puts a proxy in front of versitygw that answers the
+// first requests with 503 SlowDown, as S3 does under load: reads are
+// retried with backoff and succeed; with too few retries the error names
+// the URL, the status and S3's code.
+func TestS3Throttled(t *testing.T) {
+	root := t.TempDir()
+	want := blob(5000)
+	os.MkdirAll(filepath.Join(root, "bucket"), 0o755)
+	os.WriteFile(filepath.Join(root, "bucket", "obj.bin"), want, 0o644)
+	srv := storagetest.StartS3(t, root)
+	storagetest.IsolateAWS(t)
+	target, _ := url.Parse(srv.Endpoint)
+	var throttle atomic.Int64
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if throttle.Add(-1) >= 0 {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer ps.Close()
+	s3o := storage.S3Options{Endpoint: ps.URL, Region: srv.Region, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+	ctx := context.Background()
+
+	throttle.Store(2)
+	c := mustClient(t, storage.Options{S3: s3o, Retries: 3, Backoff: 5 * time.Millisecond})
+	if got, err := c.ReadAll(ctx, "s3://bucket/obj.bin"); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("ReadAll after two SlowDowns: %d bytes, %v", len(got), err)
+	}
+	if n := throttle.Load(); n != -1 {
+		t.Errorf("throttle counter %d: the retries did not go through the proxy as expected", n)
+	}
+	throttle.Store(5)
+	c = mustClient(t, storage.Options{S3: s3o, Retries: 1, Backoff: 5 * time.Millisecond})
+	_, err := c.ReadAll(ctx, "s3://bucket/obj.bin")
+	var se *storage.Error
+	if !errors.As(err, &se) || se.Status != 503 || se.Attempts != 2 || !strings.HasPrefix(err.Error(), "s3://bucket/obj.bin: HTTP 503") || !strings.Contains(err.Error(), "SlowDown") {
+		t.Errorf("read while throttled: %v", err)
 	}
 }

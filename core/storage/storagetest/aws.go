@@ -22,7 +22,9 @@ import (
 //     Authorization token): AWS_CONTAINER_CREDENTIALS_FULL_URI = URL+ECSPath
 //     and AWS_CONTAINER_AUTHORIZATION_TOKEN = ECSToken;
 //   - STS's AssumeRole and AssumeRoleWithWebIdentity (POST /, form-encoded,
-//     XML answers): AWS_ENDPOINT_URL_STS = URL.
+//     XML answers): AWS_ENDPOINT_URL_STS = URL;
+//   - the SSO portal's GetRoleCredentials (GET /federation/credentials with
+//     the SSOToken bearer token): AWS_ENDPOINT_URL_SSO = URL.
 //
 // Each hands out Key and Secret (which the S3 server under test accepts),
 // expiring TTL after the request, without the session token real
@@ -36,6 +38,9 @@ type AWSCreds struct {
 	ECSToken    string
 	// WebIdentityToken is what AssumeRoleWithWebIdentity must be sent.
 	WebIdentityToken string
+	// SSOToken is the bearer token the SSO portal's GetRoleCredentials
+	// (GET /federation/credentials) must be sent: AWS_ENDPOINT_URL_SSO = URL.
+	SSOToken string
 
 	mu   sync.Mutex
 	ttl  time.Duration
@@ -54,7 +59,7 @@ func StartAWSCreds(t testing.TB, key, secret string, ttl time.Duration) *AWSCred
 		t.Fatal(err)
 	}
 	a := &AWSCreds{URL: "http://" + l.Addr().String(), Key: key, Secret: secret, ECSPath: "/ecs/creds",
-		ECSToken: "ecs-auth-token", WebIdentityToken: "web-identity-jwt", ttl: ttl, hits: map[string]int{}}
+		ECSToken: "ecs-auth-token", WebIdentityToken: "web-identity-jwt", SSOToken: "sso-access-token", ttl: ttl, hits: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /latest/api/token", func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Aws-Ec2-Metadata-Token-Ttl-Seconds") == "" {
@@ -87,6 +92,22 @@ func StartAWSCreds(t testing.TB, key, secret string, ttl time.Duration) *AWSCred
 		}
 		exp, key, secret := a.hit("ecs")
 		json.NewEncoder(w).Encode(map[string]string{"AccessKeyId": key, "SecretAccessKey": secret, "Expiration": exp})
+	})
+	mux.HandleFunc("GET /federation/credentials", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Sso_bearer_token") != a.SSOToken {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"message":"bad SSO token"}`)
+			return
+		}
+		if r.URL.Query().Get("account_id") == "" || r.URL.Query().Get("role_name") == "" {
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"message":"account_id and role_name are required"}`)
+			return
+		}
+		_, key, secret := a.hit("sso")
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"roleCredentials": map[string]any{
+			"accessKeyId": key, "secretAccessKey": secret, "expiration": time.Now().Add(a.ttl).UnixMilli()}})
 	})
 	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
 		if err := r.ParseForm(); err != nil {
@@ -141,7 +162,7 @@ func (a *AWSCreds) hit(endpoint string) (exp, key, secret string) {
 	return time.Now().Add(a.ttl).UTC().Format(time.RFC3339), a.Key, a.Secret
 }
 
-// Hits is how many times endpoint ("imds", "ecs", "AssumeRole",
+// Hits is how many times endpoint ("imds", "ecs", "sso", "AssumeRole",
 // "AssumeRoleWithWebIdentity") handed out credentials.
 func (a *AWSCreds) Hits(endpoint string) int {
 	a.mu.Lock()
