@@ -20,6 +20,17 @@ Configurations:
 * spdl-go cache (memory|disk), epoch 2: the same read_file with a cache,
   timing the second epoch only (the first fills the cache).
 
+Then the same objects from S3 (versitygw on loopback, serving a copy of
+the directory as a bucket; no added latency, so this measures the client
+and server CPU per object on the same machine):
+
+* spdl-go S3 c=N: ops.read_file() of s3://bench/obj/... (the AWS SDK for
+  Go v2; credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY and the
+  endpoint from AWS_ENDPOINT_URL_S3, set for the run);
+* DataLoader+boto3 w=N: __getitem__ is get_object(...)["Body"].read() on
+  one boto3 client per worker (made after the fork), when boto3 is
+  installed.
+
 Each run is a fresh process (benchmarks/harness.py); median of --repeat.
 
     python benchmarks/bench_remote.py [--objects 2000] [--latency-ms 20] [--repeat 3]
@@ -45,6 +56,10 @@ BATCH = 32
 
 def _urls(base: str, n: int) -> list[str]:
     return [f"{base}/lat/obj/{i:05d}.bin" for i in range(n)]
+
+
+def _s3_names(n: int) -> list[str]:
+    return [f"s3://bench/obj/{i:05d}.bin" for i in range(n)]
 
 
 def _count(total: list[int]):
@@ -114,13 +129,48 @@ def dataloader_batches(urls: list[str], workers: int, session: bool = False):
     yield from dl
 
 
+class S3Dataset:
+    """Map-style dataset reading s3://bucket/key names with boto3: one
+    client per worker process, made on first use (after the fork)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names, self._c = names, None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> bytes:
+        if self._c is None:
+            import os
+
+            import boto3
+
+            self._c = boto3.client(
+                "s3", endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"], region_name=os.environ["AWS_REGION"]
+            )
+        bucket, key = self.names[i][len("s3://") :].split("/", 1)
+        return self._c.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
 def worker(kind: str, param: str, base: str, n: str, size: str) -> None:
-    urls = _urls(base, int(n))
+    urls = _s3_names(int(n)) if kind in ("spdl-go-s3", "dataloader-boto3") else _urls(base, int(n))
     total = [0]
-    if kind == "spdl-go":
+    if kind in ("spdl-go", "spdl-go-s3"):
         batches = spdl_go_batches(urls, int(param))
     elif kind == "dataloader":
         batches = dataloader_batches(urls, int(param))
+    elif kind == "dataloader-boto3":
+        import torch.utils.data
+
+        batches = iter(
+            torch.utils.data.DataLoader(
+                S3Dataset(urls),
+                batch_size=BATCH,
+                num_workers=int(param),
+                collate_fn=list,
+                prefetch_factor=4 if int(param) else None,
+            )
+        )
     elif kind == "dataloader-requests":
         batches = dataloader_batches(urls, int(param), session=True)
     elif kind == "cache":
@@ -182,17 +232,25 @@ def main() -> None:
         runs = harness.run_all(__file__, cfgs, [srv.url, str(args.objects), str(size)], args.repeat, 600, skipped)
     finally:
         srv.stop()
+    s3runs = _s3_section(work, args, size, skipped)
+    runs.update(s3runs)
     rows = harness.median_rows(runs)
     print(
-        f"\n{args.objects} objects, {size / 1e6:.1f} MB, {args.latency_ms:g} ms latency per request; median of {args.repeat}\n"
+        f"\n{args.objects} objects, {size / 1e6:.1f} MB, {args.latency_ms:g} ms latency per HTTP request"
+        f" (none added for S3); median of {args.repeat}\n"
     )
     print(harness.markdown_table(rows, "objects", skipped))
-    best_dl = max((r["items_per_s"], n) for n, r in rows.items() if n.startswith("DataLoader"))
+    best_dl = max((r["items_per_s"], n) for n, r in rows.items() if n.startswith("DataLoader w=") or "requests" in n)
     best_go = max((r["items_per_s"], n) for n, r in rows.items() if n.startswith("spdl-go c="))
-    print(f"\nbest spdl-go ({best_go[1]}) / best DataLoader ({best_dl[1]}): x{best_go[0] / best_dl[0]:.2f}")
+    print(f"\nHTTP: best spdl-go ({best_go[1]}) / best DataLoader ({best_dl[1]}): x{best_go[0] / best_dl[0]:.2f}")
     for name in ("spdl-go cache memory, epoch 2", "spdl-go cache disk, epoch 2"):
         if name in rows:
             print(f"{name} / {best_go[1]} (epoch 1 from the server): x{rows[name]['items_per_s'] / best_go[0]:.2f}")
+    s3_go = [(r["items_per_s"], n) for n, r in rows.items() if n.startswith("spdl-go S3")]
+    s3_dl = [(r["items_per_s"], n) for n, r in rows.items() if n.startswith("DataLoader+boto3")]
+    if s3_go and s3_dl:
+        g, d = max(s3_go), max(s3_dl)
+        print(f"S3: best spdl-go ({g[1]}) / best DataLoader+boto3 ({d[1]}): x{g[0] / d[0]:.2f}")
     if args.json:
         harness.write_results(
             args.json,
@@ -203,6 +261,47 @@ def main() -> None:
             "Remote reads",
             "objects",
         )
+
+
+def _s3_section(work: Path, args, size: int, skipped: dict[str, str]) -> dict:
+    """The S3 rows: versitygw over a copy (hard links) of the objects."""
+    import os
+
+    from servers import S3Server
+
+    (work / "s3root" / "bench" / "obj").mkdir(parents=True)
+    for f in (work / "root" / "obj").iterdir():
+        os.link(f, work / "s3root" / "bench" / "obj" / f.name)
+    (work / "s3").mkdir()
+    try:
+        srv = S3Server(work / "s3root", work / "s3")
+    except Exception as e:  # noqa: BLE001  (versitygw missing)
+        skipped["S3"] = f"versitygw could not start: {e}"
+        return {}
+    env = {
+        "AWS_ACCESS_KEY_ID": srv.access_key,
+        "AWS_SECRET_ACCESS_KEY": srv.secret_key,
+        "AWS_REGION": srv.region,
+        "AWS_ENDPOINT_URL_S3": srv.endpoint,
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the runs' processes inherit them
+    try:
+        cfgs = [(f"spdl-go S3 c={c}", "spdl-go-s3", str(c)) for c in (16, 64)]
+        try:
+            import boto3  # noqa: F401
+
+            cfgs += [(f"DataLoader+boto3 w={w}", "dataloader-boto3", str(w)) for w in (4, 16)]
+        except ImportError:
+            skipped["DataLoader+boto3"] = "boto3 is not installed"
+        return harness.run_all(__file__, cfgs, [srv.endpoint, str(args.objects), str(size)], args.repeat, 600, skipped)
+    finally:
+        srv.stop()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ import "C"
 import "github.com/spdl-go/spdl-go/core/storage"
 
 // Go copies the process environment when the library loads; a Python
-// program that sets AWS_PROFILE, AWS_ROLE_ARN or the like afterwards (in
-// os.environ, which is the C environment) would not be seen by the AWS
-// SDK. Before it builds an S3 client, storage reads the AWS_* variables
-// from the C environment again.
+// program that sets AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS or the
+// like afterwards (in os.environ, which is the C environment) would not be
+// seen by the cloud SDKs. When it makes a client, storage reads their
+// variables from the C environment again.
 func init() {
-	storage.EnvSync = func() { storage.SyncAWSEnv(cEnviron()) }
+	storage.EnvSync = func() { storage.SyncCloudEnv(cEnviron()) }
 }
 
 // cEnviron returns the C environment's entries. The strings are copied:

@@ -65,8 +65,8 @@ func (s Listing) List(ctx context.Context) (*Listed, error) {
 	remote := storage.IsRemote(s.Root)
 	var client *storage.Client
 	if remote {
-		if !strings.HasPrefix(s.Root, "s3://") {
-			return nil, fmt.Errorf("listing: %s: only local and s3:// roots can be listed; give http(s) URLs as a list", s.Root)
+		if !storage.Listable(s.Root) {
+			return nil, fmt.Errorf("listing: %s: only local, s3:// and gs:// roots can be listed; give http(s) URLs as a list", s.Root)
 		}
 		var err error
 		if client, err = storage.New(s.Storage); err != nil {
@@ -170,7 +170,7 @@ func expandPaths(patterns []string, st storage.Options) ([]string, error) {
 			}
 			var matched []string
 			switch {
-			case strings.HasPrefix(n, "s3://"):
+			case storage.Listable(n):
 				client, err := storage.New(st)
 				if err != nil {
 					return nil, err

@@ -9,21 +9,33 @@ import (
 
 // Object is one listed object.
 type Object struct {
-	Name string // s3://bucket/key
+	Name string // s3://bucket/key or gs://bucket/object
 	Size int64
 }
 
 // List returns the objects whose names start with prefix (an s3://bucket/
-// prefix; "" after the bucket lists the whole bucket), sorted by name. It
-// pages through ListObjectsV2.
+// or gs://bucket/ prefix; "" after the bucket lists the whole bucket),
+// sorted by name. It pages through ListObjectsV2 or the GCS object list.
 func (c *Client) List(ctx context.Context, prefix string) ([]Object, error) {
-	if !strings.HasPrefix(prefix, "s3://") {
-		return nil, fmt.Errorf("%s: only s3:// prefixes can be listed", prefix)
+	var out []Object
+	var err error
+	switch {
+	case strings.HasPrefix(prefix, "s3://"):
+		out, err = c.listS3(ctx, prefix)
+	case strings.HasPrefix(prefix, "gs://"):
+		out, err = c.listGCS(ctx, prefix)
+	default:
+		return nil, fmt.Errorf("%s: only s3:// and gs:// prefixes can be listed", prefix)
 	}
-	out, err := c.listS3(ctx, prefix)
 	if err != nil {
 		return nil, err
 	}
 	slices.SortFunc(out, func(a, b Object) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// Listable reports whether name is in an object store that lists (s3://,
+// gs://), rather than an http(s) server.
+func Listable(name string) bool {
+	return strings.HasPrefix(name, "s3://") || strings.HasPrefix(name, "gs://")
 }

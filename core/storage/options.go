@@ -18,6 +18,8 @@ import (
 //	s3             {endpoint, region, profile, access_key, secret_key, session_token,
 //	                anonymous, virtual_host}: overrides of the AWS SDK's
 //	                defaults (S3Options)
+//	gcs            {endpoint, credentials_file, anonymous}: overrides of the
+//	                Google Cloud Storage client's defaults (GCSOptions)
 //
 // The caller calls r.Done.
 func ReadOptions(r *options.Reader) (Options, error) {
@@ -74,5 +76,18 @@ func ReadOptions(r *options.Reader) (Options, error) {
 	if err != nil {
 		return o, err
 	}
-	return o, nil
+	g, err := r.Sub("gcs")
+	if err != nil {
+		return o, err
+	}
+	if o.GCS.Endpoint, err = g.String("endpoint", ""); err != nil {
+		return o, err
+	}
+	if o.GCS.CredentialsFile, err = g.String("credentials_file", ""); err != nil {
+		return o, err
+	}
+	if o.GCS.Anonymous, err = g.Bool("anonymous", false); err != nil {
+		return o, err
+	}
+	return o, g.Done()
 }

@@ -52,8 +52,8 @@ type S3Options struct {
 	VirtualHost bool
 }
 
-// EnvSync, if set, copies the AWS_* variables of the process's current
-// environment into Go's; New calls it, so that the SDK reads them as they
+// EnvSync, if set, copies the cloud SDKs' variables (SyncCloudEnv) of the
+// process's current environment into Go's; New calls it, so that the SDK reads them as they
 // were when the Client was made. libspdl sets it: Go copies the
 // environment once, when the library loads, and a Python program may set
 // AWS_PROFILE or AWS_ROLE_ARN after that.
@@ -288,21 +288,26 @@ func (c *Client) listS3(ctx context.Context, prefix string) ([]Object, error) {
 	}
 }
 
-// awsEnvPrefix names the variables EnvSync copies.
-const awsEnvPrefix = "AWS_"
+// cloudEnv reports whether k is a variable the cloud SDKs read, which
+// EnvSync copies.
+func cloudEnv(k string) bool {
+	return strings.HasPrefix(k, "AWS_") || strings.HasPrefix(k, "GOOGLE_") || strings.HasPrefix(k, "AZURE_") ||
+		k == "STORAGE_EMULATOR_HOST"
+}
 
-// SyncAWSEnv sets Go's AWS_* variables to those of environ (KEY=VALUE
-// entries) and unsets the ones environ lacks: what EnvSync implementations
-// call with the C environment.
-func SyncAWSEnv(environ []string) {
+// SyncCloudEnv sets Go's copies of the variables the cloud SDKs read
+// (AWS_*, GOOGLE_*, AZURE_*, STORAGE_EMULATOR_HOST) to those of environ
+// (KEY=VALUE entries), and unsets the ones environ lacks: what EnvSync
+// implementations call with the C environment.
+func SyncCloudEnv(environ []string) {
 	want := map[string]string{}
 	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, awsEnvPrefix) {
+		if k, v, ok := strings.Cut(kv, "="); ok && cloudEnv(k) {
 			want[k] = v
 		}
 	}
 	for _, kv := range os.Environ() {
-		if k, _, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, awsEnvPrefix) {
+		if k, _, ok := strings.Cut(kv, "="); ok && cloudEnv(k) {
 			if _, keep := want[k]; !keep {
 				os.Unsetenv(k)
 			}

@@ -1,7 +1,8 @@
 // Package storage reads objects by name: local paths (and file:// URLs),
-// http:// and https:// URLs, and s3://bucket/key objects of any
-// S3-compatible store (through the AWS SDK for Go v2, with its credential
-// chain: s3.go). Remote reads retry with exponential backoff on
+// http:// and https:// URLs, s3://bucket/key objects of any S3-compatible
+// store (through the AWS SDK for Go v2, with its credential chain: s3.go)
+// and gs://bucket/object objects of Google Cloud Storage (its Go client,
+// with Application Default Credentials: gcs.go). Remote reads retry with exponential backoff on
 // server errors (5xx, 429), resets and timeouts; each attempt has a
 // timeout, for the response headers and again between body reads, so a
 // server that stalls fails the read instead of hanging it. Errors name the
@@ -49,6 +50,8 @@ type Options struct {
 	CAFile string
 	// S3 configures s3:// names (s3.go).
 	S3 S3Options
+	// GCS configures gs:// names (gcs.go).
+	GCS GCSOptions
 }
 
 // Client reads objects. It is safe for concurrent use.
@@ -56,6 +59,7 @@ type Client struct {
 	o    Options
 	http *http.Client
 	s3c  s3Client
+	gcsc gcsClient
 }
 
 // New returns a Client; it fails only on an unreadable CAFile.
@@ -97,9 +101,10 @@ func New(o Options) (*Client, error) {
 	return &Client{o: o, http: &http.Client{Transport: tr}}, nil
 }
 
-// IsRemote reports whether name is an http(s):// or s3:// URL.
+// IsRemote reports whether name is an http(s)://, s3:// or gs:// URL.
 func IsRemote(name string) bool {
-	return strings.HasPrefix(name, "http://") || strings.HasPrefix(name, "https://") || strings.HasPrefix(name, "s3://")
+	return strings.HasPrefix(name, "http://") || strings.HasPrefix(name, "https://") || strings.HasPrefix(name, "s3://") ||
+		strings.HasPrefix(name, "gs://")
 }
 
 // localPath returns the file a local name refers to.
@@ -283,6 +288,9 @@ func (c *Client) attempt(ctx context.Context, name, method string, off, n int64,
 	if strings.HasPrefix(name, "s3://") {
 		return c.s3Attempt(ctx, name, method, off, n, handle)
 	}
+	if strings.HasPrefix(name, "gs://") {
+		return c.gcsAttempt(ctx, name, method, off, n, handle)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, name, nil)
@@ -412,8 +420,8 @@ func (c *Client) openGET(ctx context.Context, name string) (io.ReadCloser, error
 	var body io.ReadCloser
 	err := c.retry(ctx, name, func() (int, error) {
 		actx, cancel := context.WithCancel(ctx)
-		if strings.HasPrefix(name, "s3://") {
-			b, status, err := c.s3Open(actx, name)
+		if open := c.sdkOpen(name); open != nil {
+			b, status, err := open(actx, name)
 			if err != nil {
 				cancel()
 				return status, err
@@ -592,3 +600,15 @@ func (f *remoteFile) Seek(off int64, whence int) (int64, error) {
 }
 
 func (f *remoteFile) Close() error { return nil }
+
+// sdkOpen is the whole-object reader of a name an SDK serves, or nil for
+// http(s).
+func (c *Client) sdkOpen(name string) func(context.Context, string) (io.ReadCloser, int, error) {
+	switch {
+	case strings.HasPrefix(name, "s3://"):
+		return c.s3Open
+	case strings.HasPrefix(name, "gs://"):
+		return c.gcsOpen
+	}
+	return nil
+}

@@ -1,4 +1,4 @@
-"""Options for remote reads (http(s):// and s3:// names), shared by
+"""Options for remote reads (http(s)://, s3:// and gs:// names), shared by
 ``ops.read_file`` and the sources that read shards and files."""
 
 from __future__ import annotations
@@ -18,10 +18,18 @@ _S3_KEYS = (
 )
 
 
+_GCS_KEYS = ("endpoint", "credentials_file", "anonymous")
+
+
 def storage_options(
-    timeout: float | None, retries: int | None, s3: dict[str, Any] | None, who: str, ca_file: str | None = None
+    timeout: float | None,
+    retries: int | None,
+    s3: dict[str, Any] | None,
+    who: str,
+    ca_file: str | None = None,
+    gcs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``timeout_s``/``retries``/``ca_file``/``s3`` options of a reader."""
+    """The ``timeout_s``/``retries``/``ca_file``/``s3``/``gcs`` options of a reader."""
     out: dict[str, Any] = {}
     if ca_file is not None:
         out["ca_file"] = os.fspath(ca_file)
@@ -46,6 +54,15 @@ def storage_options(
                 raise ValueError(f"{who}: s3 setting {k} must be True or False, got {s3[k]!r}")
         settings.update(s3)
     out["s3"] = {k: v for k, v in settings.items() if v not in ("", None)}
+    if gcs:
+        unknown = set(gcs) - set(_GCS_KEYS)
+        if unknown:
+            raise ValueError(f"{who}: unknown gcs setting(s) {sorted(unknown)}; known: {', '.join(_GCS_KEYS)}")
+        if "anonymous" in gcs and not isinstance(gcs["anonymous"], bool):
+            raise ValueError(f"{who}: gcs setting anonymous must be True or False, got {gcs['anonymous']!r}")
+        g = {k: (os.fspath(v) if k == "credentials_file" else v) for k, v in gcs.items() if v not in ("", None)}
+        if g:
+            out["gcs"] = g
     return out
 
 

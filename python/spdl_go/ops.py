@@ -307,6 +307,7 @@ def read_file(
     timeout: float | None = None,
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
+    gcs: dict[str, Any] | None = None,
     ca_file: str | None = None,
     cache_memory_bytes: int = 0,
     cache_dir: str | None = None,
@@ -314,7 +315,7 @@ def read_file(
 ) -> NativeOp:
     """Reads a file or object: name → bytes (bytes pass through).
 
-    Names are local paths, ``file://``, ``http(s)://`` or ``s3://bucket/key``
+    Names are local paths, ``file://``, ``http(s)://``, ``gs://bucket/object`` or ``s3://bucket/key``
     URLs. Remote reads retry with backoff on server errors (5xx, 429),
     resets and stalls; errors name the URL and the HTTP status. A waiting
     request costs a goroutine, not a thread, so give the stage a high
@@ -336,6 +337,11 @@ def read_file(
             profile, access_key and secret_key (with session_token),
             anonymous (unsigned requests, for public buckets),
             virtual_host. Secrets are redacted in reprs.
+        gcs: Google Cloud Storage settings for ``gs://bucket/object``
+            names, overriding the client's defaults (Application Default
+            Credentials; ``STORAGE_EMULATOR_HOST`` for an emulator):
+            endpoint, credentials_file (a service account key), anonymous
+            (public buckets).
         ca_file: A PEM bundle of certificate authorities to trust for
             ``https://`` (default: the system's).
         cache_memory_bytes: Keep up to this many bytes of recently read
@@ -365,7 +371,7 @@ def read_file(
         raise ValueError("read_file: cache_disk_bytes needs cache_dir")
     return NativeOp(
         "read_file",
-        {**_media_opts(key, output_key), **storage_options(timeout, retries, s3, "read_file", ca_file), **cache},
+        {**_media_opts(key, output_key), **storage_options(timeout, retries, s3, "read_file", ca_file, gcs), **cache},
     )
 
 

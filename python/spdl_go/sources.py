@@ -300,6 +300,7 @@ def files(
     epoch: int = 0,
     with_index: bool = False,
     s3: dict[str, Any] | None = None,
+    gcs: dict[str, Any] | None = None,
     timeout: float | None = None,
     retries: int | None = None,
 ) -> ListedSource:
@@ -316,8 +317,9 @@ def files(
         extensions: Keep only these (``".jpg"`` or ``"jpg"``, any case).
         recursive: Descend into subdirectories of a directory ``root``.
         with_index: Yield ``(path, index)`` for ``ResumableSource``.
-        s3, timeout, retries: For an ``s3://bucket/prefix`` root or pattern,
-            which is listed with ListObjectsV2 (see ``ops.read_file``).
+        s3, gcs, timeout, retries: For an ``s3://bucket/prefix`` or
+            ``gs://bucket/prefix`` root or pattern, which is listed with
+            ListObjectsV2 or the GCS object list (see ``ops.read_file``).
 
     Raises:
         ValueError: ``root`` does not exist or cannot be read, or nothing
@@ -334,7 +336,7 @@ def files(
         "root": os.fspath(root),
         "extensions": _exts(extensions),
         "recursive": bool(recursive),
-        "storage": storage_options(timeout, retries, s3, "files"),
+        "storage": storage_options(timeout, retries, s3, "files", gcs=gcs),
     }
     return _listed("files", listing, shuffle, seed, drop_last, rank, world_size, epoch, with_index)
 
@@ -351,6 +353,7 @@ def image_folder(
     epoch: int = 0,
     with_index: bool = False,
     s3: dict[str, Any] | None = None,
+    gcs: dict[str, Any] | None = None,
     timeout: float | None = None,
     retries: int | None = None,
 ) -> ListedSource:
@@ -362,9 +365,10 @@ def image_folder(
     ``classes`` lists them. Sampling, sharding and resume work as in
     ``sampler``. A class with no matching file is an error, since it would
     shift every later label. ``with_index=True`` yields ``(path, label,
-    index)`` for ``ResumableSource``. An ``s3://bucket/prefix`` root is
-    listed with ListObjectsV2 (``s3=`` as in ``ops.read_file``); there,
-    classes are the first "directory" level that holds objects.
+    index)`` for ``ResumableSource``. An ``s3://bucket/prefix`` or
+    ``gs://bucket/prefix`` root is listed (``s3=``, ``gcs=`` as in
+    ``ops.read_file``); there, classes are the first "directory" level that
+    holds objects.
 
     Example:
         >>> src = sources.image_folder("/data/imagenet/train", shuffle=True, seed=0)
@@ -380,7 +384,7 @@ def image_folder(
         "root": os.fspath(root),
         "extensions": _exts(extensions),
         "recursive": True,
-        "storage": storage_options(timeout, retries, s3, "image_folder"),
+        "storage": storage_options(timeout, retries, s3, "image_folder", gcs=gcs),
     }
     return _listed("image_folder", listing, shuffle, seed, drop_last, rank, world_size, epoch, with_index)
 
@@ -400,6 +404,7 @@ def webdataset(
     timeout: float | None = None,
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
+    gcs: dict[str, Any] | None = None,
     with_index: bool = False,
     prefetch_shards: int = 2,
 ) -> NativeSource:
@@ -424,8 +429,9 @@ def webdataset(
         drop_last, rank, world_size: Shards are dealt to ranks like samples
             in ``sampler`` (padded by repeating shards, or dropped); ranks
             read equal sample counts when shards hold equal counts.
-        timeout, retries, s3: Remote reads, as in ``ops.read_file``: shards
-            may be ``http(s)://`` or ``s3://`` URLs, streamed in 8 MiB range
+        timeout, retries, s3, gcs: Remote reads, as in ``ops.read_file``:
+            shards may be ``http(s)://``, ``s3://`` or ``gs://`` URLs (and
+            ``s3://``/``gs://`` patterns), streamed in 8 MiB range
             requests (a failed one is retried, not the whole shard).
         prefetch_shards: Shards opened ahead of the one being read. Each
             open shard is read up to 16 MiB ahead in a Go thread, so the
@@ -460,7 +466,7 @@ def webdataset(
         required=[str(r) for r in required],
         decode=dict(decode or {}),
         shuffle_buffer=shuffle_buffer,
-        storage=storage_options(timeout, retries, s3, "webdataset"),
+        storage=storage_options(timeout, retries, s3, "webdataset", gcs=gcs),
         with_index=bool(with_index),
         prefetch_shards=prefetch_shards,
     )
@@ -483,6 +489,7 @@ def table(
     timeout: float | None = None,
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
+    gcs: dict[str, Any] | None = None,
     with_index: bool = False,
     verify_checksums: bool = True,
 ) -> NativeSource:
@@ -504,8 +511,9 @@ def table(
             ``sampler``; rows inside one are read in order.
         shuffle_buffer: Also shuffle rows through a buffer of this many.
         batch_rows: Parquet rows decoded at a time.
-        timeout, retries, s3: Remote reads, as in ``ops.read_file``: files
-            may be ``http(s)://`` or ``s3://`` URLs, read with range
+        timeout, retries, s3, gcs: Remote reads, as in ``ops.read_file``:
+            files may be ``http(s)://``, ``s3://`` or ``gs://`` URLs, read
+            with range
             requests (the footer, then each column chunk).
         verify_checksums: Check the CRC32 of each Parquet page that has one
             (pyarrow's ``write_page_checksum=True``) before decoding its
@@ -544,7 +552,7 @@ def table(
         scalars=bool(scalars),
         shuffle_buffer=shuffle_buffer,
         batch_rows=batch_rows,
-        storage=storage_options(timeout, retries, s3, "table"),
+        storage=storage_options(timeout, retries, s3, "table", gcs=gcs),
         with_index=bool(with_index),
         verify_checksums=bool(verify_checksums),
     )

@@ -1,6 +1,6 @@
-"""Real servers on loopback for remote-read tests: nginx (Debian's package)
-and versitygw (an S3-compatible gateway, installed by .ci/run with
-``go install``). Missing binaries skip the tests, except where
+"""Real servers on loopback for remote-read tests: nginx (Debian's package),
+versitygw (an S3-compatible gateway) and fake-gcs-server (a Google Cloud
+Storage emulator), both installed by .ci/run with ``go install``. Missing binaries skip the tests, except where
 SPDL_GO_REQUIRE_SERVERS is set (.ci/run sets it), where they fail."""
 
 from __future__ import annotations
@@ -139,6 +139,49 @@ class S3Server:
             "access_key": self.access_key,
             "secret_key": self.secret_key,
         }
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+class GCSServer:
+    """fake-gcs-server with the directories under ``root`` as buckets, in
+    memory; clients reach it through ``STORAGE_EMULATOR_HOST=host``."""
+
+    def __init__(self, root: Path, work: Path) -> None:
+        binary = _need("fake-gcs-server", os.path.expanduser("~/go/bin/fake-gcs-server"))
+        self.port = _free_port()
+        self.host = f"127.0.0.1:{self.port}"
+        log = work / "fake-gcs-server.log"
+        self._log = open(log, "w")
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-backend",
+                "memory",
+                "-data",
+                str(root),
+                "-public-host",
+                self.host,
+                "-external-url",
+                f"http://{self.host}",
+                "-log-level",
+                "error",
+            ],
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
+        )
+        _wait(self.port, self.proc, log)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -180,3 +180,46 @@ func (s *S3) Env() []string {
 	return []string{"AWS_ENDPOINT_URL=" + s.Endpoint, "AWS_ACCESS_KEY_ID=" + s.AccessKey,
 		"AWS_SECRET_ACCESS_KEY=" + s.SecretKey, "AWS_REGION=" + s.Region}
 }
+
+// GCS is a running Google Cloud Storage emulator (fake-gcs-server, go
+// install github.com/fsouza/fake-gcs-server@v1.56.1; .ci/servers installs
+// it), serving the buckets (directories) under a root, loaded at start.
+type GCS struct {
+	Host string // 127.0.0.1:port, for STORAGE_EMULATOR_HOST
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartGCS starts fake-gcs-server with the buckets under root (each
+// directory a bucket, its files the objects) in memory.
+func StartGCS(t testing.TB, root string) *GCS {
+	t.Helper()
+	bin := need(t, "fake-gcs-server", filepath.Join(os.Getenv("HOME"), "go", "bin", "fake-gcs-server"))
+	port := freePort(t)
+	g := &GCS{Host: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{})}
+	logPath := filepath.Join(t.TempDir(), "fake-gcs-server.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-scheme", "http", "-host", "127.0.0.1", "-port", fmt.Sprint(port), "-backend", "memory",
+		"-data", root, "-public-host", g.Host, "-external-url", "http://"+g.Host, "-log-level", "error")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g.cmd = cmd
+	go func() { cmd.Wait(); logf.Close(); close(g.done) }()
+	t.Cleanup(g.Stop)
+	waitListening(t, g.Host, cmd, g.done, logPath)
+	return g
+}
+
+// Stop kills the server.
+func (g *GCS) Stop() {
+	if g.cmd.Process == nil {
+		return
+	}
+	g.cmd.Process.Kill()
+	<-g.done
+}
