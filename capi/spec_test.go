@@ -226,7 +226,7 @@ func TestBadSpecsSayWhatIsWrong(t *testing.T) {
 		{"unknown s3 setting", `{"source": {"kind": "webdataset", "urls": [], "storage": {"s3": {"bucket": "b"}}}}`,
 			`webdataset source: unknown option "bucket" in storage.s3; known options: access_key, anonymous, endpoint, profile, region, secret_key, session_token, virtual_host`},
 		{"unknown storage option", `{"source": {"kind": "table", "urls": [], "storage": {"timeout": 1}}}`,
-			`table source: unknown option "timeout" in storage; known options: ca_file, gcs, retries, s3, timeout_s`},
+			`table source: unknown option "timeout" in storage; known options: azure, ca_file, gcs, retries, s3, timeout_s`},
 		{"prefetch_shards", `{"source": {"kind": "webdataset", "urls": [], "prefetch_shards": -1}}`, "webdataset source: prefetch_shards must be an int >= 0, got -1"},
 		{"listing kind", `{"source": {"kind": "sampler", "listing": {"kind": "csv"}}}`, `sampler source: listing: unknown kind "csv" (want "files" or "image_folder")`},
 		{"items and listing", `{"source": {"kind": "sampler", "items_wire": "bA==", "listing": {"kind": "files", "root": "."}}}`, "sampler source: give items or a listing, not both"},

@@ -13,9 +13,9 @@ type Object struct {
 	Size int64
 }
 
-// List returns the objects whose names start with prefix (an s3://bucket/
-// or gs://bucket/ prefix; "" after the bucket lists the whole bucket),
-// sorted by name. It pages through ListObjectsV2 or the GCS object list.
+// List returns the objects whose names start with prefix (an s3://bucket/,
+// gs://bucket/ or az://container/ prefix; "" after the bucket lists the
+// whole bucket), sorted by name, page by page.
 func (c *Client) List(ctx context.Context, prefix string) ([]Object, error) {
 	var out []Object
 	var err error
@@ -24,8 +24,10 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Object, error) {
 		out, err = c.listS3(ctx, prefix)
 	case strings.HasPrefix(prefix, "gs://"):
 		out, err = c.listGCS(ctx, prefix)
+	case isAzure(prefix):
+		out, err = c.listAzure(ctx, prefix)
 	default:
-		return nil, fmt.Errorf("%s: only s3:// and gs:// prefixes can be listed", prefix)
+		return nil, fmt.Errorf("%s: only s3://, gs:// and az:// prefixes can be listed", prefix)
 	}
 	if err != nil {
 		return nil, err
@@ -35,7 +37,7 @@ func (c *Client) List(ctx context.Context, prefix string) ([]Object, error) {
 }
 
 // Listable reports whether name is in an object store that lists (s3://,
-// gs://), rather than an http(s) server.
+// gs://, az://, abfs(s)://), rather than an http(s) server.
 func Listable(name string) bool {
-	return strings.HasPrefix(name, "s3://") || strings.HasPrefix(name, "gs://")
+	return strings.HasPrefix(name, "s3://") || strings.HasPrefix(name, "gs://") || isAzure(name)
 }

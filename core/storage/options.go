@@ -20,6 +20,9 @@ import (
 //	                defaults (S3Options)
 //	gcs            {endpoint, credentials_file, anonymous}: overrides of the
 //	                Google Cloud Storage client's defaults (GCSOptions)
+//	azure          {account, endpoint, connection_string, account_key,
+//	                sas_token, anonymous}: overrides of the Azure defaults
+//	                (AzureOptions)
 //
 // The caller calls r.Done.
 func ReadOptions(r *options.Reader) (Options, error) {
@@ -89,5 +92,24 @@ func ReadOptions(r *options.Reader) (Options, error) {
 	if o.GCS.Anonymous, err = g.Bool("anonymous", false); err != nil {
 		return o, err
 	}
-	return o, g.Done()
+	if err := g.Done(); err != nil {
+		return o, err
+	}
+	az, err := r.Sub("azure")
+	if err != nil {
+		return o, err
+	}
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"account", &o.Azure.Account}, {"endpoint", &o.Azure.Endpoint}, {"connection_string", &o.Azure.ConnectionString},
+		{"account_key", &o.Azure.AccountKey}, {"sas_token", &o.Azure.SASToken}} {
+		if *f.dst, err = az.String(f.name, ""); err != nil {
+			return o, err
+		}
+	}
+	if o.Azure.Anonymous, err = az.Bool("anonymous", false); err != nil {
+		return o, err
+	}
+	return o, az.Done()
 }

@@ -1,8 +1,9 @@
 // Package storage reads objects by name: local paths (and file:// URLs),
 // http:// and https:// URLs, s3://bucket/key objects of any S3-compatible
 // store (through the AWS SDK for Go v2, with its credential chain: s3.go)
-// and gs://bucket/object objects of Google Cloud Storage (its Go client,
-// with Application Default Credentials: gcs.go). Remote reads retry with exponential backoff on
+// gs://bucket/object objects of Google Cloud Storage (its Go client, with
+// Application Default Credentials: gcs.go) and az://container/blob blobs
+// of Azure Blob Storage (azblob: azure.go). Remote reads retry with exponential backoff on
 // server errors (5xx, 429), resets and timeouts; each attempt has a
 // timeout, for the response headers and again between body reads, so a
 // server that stalls fails the read instead of hanging it. Errors name the
@@ -52,6 +53,8 @@ type Options struct {
 	S3 S3Options
 	// GCS configures gs:// names (gcs.go).
 	GCS GCSOptions
+	// Azure configures az:// and abfs:// names (azure.go).
+	Azure AzureOptions
 }
 
 // Client reads objects. It is safe for concurrent use.
@@ -60,6 +63,7 @@ type Client struct {
 	http *http.Client
 	s3c  s3Client
 	gcsc gcsClient
+	azc  azureClient
 }
 
 // New returns a Client; it fails only on an unreadable CAFile.
@@ -101,10 +105,11 @@ func New(o Options) (*Client, error) {
 	return &Client{o: o, http: &http.Client{Transport: tr}}, nil
 }
 
-// IsRemote reports whether name is an http(s)://, s3:// or gs:// URL.
+// IsRemote reports whether name is an http(s)://, s3://, gs://, az:// or
+// abfs(s):// URL.
 func IsRemote(name string) bool {
 	return strings.HasPrefix(name, "http://") || strings.HasPrefix(name, "https://") || strings.HasPrefix(name, "s3://") ||
-		strings.HasPrefix(name, "gs://")
+		strings.HasPrefix(name, "gs://") || isAzure(name)
 }
 
 // localPath returns the file a local name refers to.
@@ -290,6 +295,9 @@ func (c *Client) attempt(ctx context.Context, name, method string, off, n int64,
 	}
 	if strings.HasPrefix(name, "gs://") {
 		return c.gcsAttempt(ctx, name, method, off, n, handle)
+	}
+	if isAzure(name) {
+		return c.azureAttempt(ctx, name, method, off, n, handle)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -609,6 +617,8 @@ func (c *Client) sdkOpen(name string) func(context.Context, string) (io.ReadClos
 		return c.s3Open
 	case strings.HasPrefix(name, "gs://"):
 		return c.gcsOpen
+	case isAzure(name):
+		return c.azureOpen
 	}
 	return nil
 }

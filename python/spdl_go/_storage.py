@@ -1,4 +1,4 @@
-"""Options for remote reads (http(s)://, s3:// and gs:// names), shared by
+"""Options for remote reads (http(s)://, s3://, gs:// and az:// names), shared by
 ``ops.read_file`` and the sources that read shards and files."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ _S3_KEYS = (
 
 
 _GCS_KEYS = ("endpoint", "credentials_file", "anonymous")
+_AZURE_KEYS = ("account", "endpoint", "connection_string", "account_key", "sas_token", "anonymous")
 
 
 def storage_options(
@@ -28,8 +29,10 @@ def storage_options(
     who: str,
     ca_file: str | None = None,
     gcs: dict[str, Any] | None = None,
+    azure: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``timeout_s``/``retries``/``ca_file``/``s3``/``gcs`` options of a reader."""
+    """The ``timeout_s``/``retries``/``ca_file``/``s3``/``gcs``/``azure``
+    options of a reader."""
     out: dict[str, Any] = {}
     if ca_file is not None:
         out["ca_file"] = os.fspath(ca_file)
@@ -63,10 +66,19 @@ def storage_options(
         g = {k: (os.fspath(v) if k == "credentials_file" else v) for k, v in gcs.items() if v not in ("", None)}
         if g:
             out["gcs"] = g
+    if azure:
+        unknown = set(azure) - set(_AZURE_KEYS)
+        if unknown:
+            raise ValueError(f"{who}: unknown azure setting(s) {sorted(unknown)}; known: {', '.join(_AZURE_KEYS)}")
+        if "anonymous" in azure and not isinstance(azure["anonymous"], bool):
+            raise ValueError(f"{who}: azure setting anonymous must be True or False, got {azure['anonymous']!r}")
+        a = {k: v for k, v in azure.items() if v not in ("", None)}
+        if a:
+            out["azure"] = a
     return out
 
 
-_SECRET_KEYS = ("secret_key", "session_token")
+_SECRET_KEYS = ("secret_key", "session_token", "connection_string", "account_key", "sas_token")
 
 
 def redacted(value: Any) -> Any:

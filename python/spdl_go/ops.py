@@ -308,6 +308,7 @@ def read_file(
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
     gcs: dict[str, Any] | None = None,
+    azure: dict[str, Any] | None = None,
     ca_file: str | None = None,
     cache_memory_bytes: int = 0,
     cache_dir: str | None = None,
@@ -315,7 +316,8 @@ def read_file(
 ) -> NativeOp:
     """Reads a file or object: name → bytes (bytes pass through).
 
-    Names are local paths, ``file://``, ``http(s)://``, ``gs://bucket/object`` or ``s3://bucket/key``
+    Names are local paths, ``file://``, ``http(s)://``, ``s3://bucket/key``,
+    ``gs://bucket/object`` or ``az://container/blob``
     URLs. Remote reads retry with backoff on server errors (5xx, 429),
     resets and stalls; errors name the URL and the HTTP status. A waiting
     request costs a goroutine, not a thread, so give the stage a high
@@ -342,6 +344,14 @@ def read_file(
             Credentials; ``STORAGE_EMULATOR_HOST`` for an emulator):
             endpoint, credentials_file (a service account key), anonymous
             (public buckets).
+        azure: Azure Blob Storage settings for ``az://container/blob`` (or
+            ``abfs[s]://container@account.dfs.core.windows.net/blob``)
+            names: account, endpoint (the blob service URL),
+            connection_string, account_key, sas_token, anonymous (public
+            containers). Unset, they come from
+            ``AZURE_STORAGE_CONNECTION_STRING``, else
+            ``AZURE_STORAGE_ACCOUNT`` with ``AZURE_STORAGE_KEY`` or
+            ``AZURE_STORAGE_SAS_TOKEN``, else ``DefaultAzureCredential``.
         ca_file: A PEM bundle of certificate authorities to trust for
             ``https://`` (default: the system's).
         cache_memory_bytes: Keep up to this many bytes of recently read
@@ -371,7 +381,11 @@ def read_file(
         raise ValueError("read_file: cache_disk_bytes needs cache_dir")
     return NativeOp(
         "read_file",
-        {**_media_opts(key, output_key), **storage_options(timeout, retries, s3, "read_file", ca_file, gcs), **cache},
+        {
+            **_media_opts(key, output_key),
+            **storage_options(timeout, retries, s3, "read_file", ca_file, gcs, azure),
+            **cache,
+        },
     )
 
 

@@ -301,6 +301,7 @@ def files(
     with_index: bool = False,
     s3: dict[str, Any] | None = None,
     gcs: dict[str, Any] | None = None,
+    azure: dict[str, Any] | None = None,
     timeout: float | None = None,
     retries: int | None = None,
 ) -> ListedSource:
@@ -317,9 +318,9 @@ def files(
         extensions: Keep only these (``".jpg"`` or ``"jpg"``, any case).
         recursive: Descend into subdirectories of a directory ``root``.
         with_index: Yield ``(path, index)`` for ``ResumableSource``.
-        s3, gcs, timeout, retries: For an ``s3://bucket/prefix`` or
-            ``gs://bucket/prefix`` root or pattern, which is listed with
-            ListObjectsV2 or the GCS object list (see ``ops.read_file``).
+        s3, gcs, azure, timeout, retries: For an ``s3://``, ``gs://`` or
+            ``az://`` root or pattern, which is listed (see
+            ``ops.read_file``).
 
     Raises:
         ValueError: ``root`` does not exist or cannot be read, or nothing
@@ -336,7 +337,7 @@ def files(
         "root": os.fspath(root),
         "extensions": _exts(extensions),
         "recursive": bool(recursive),
-        "storage": storage_options(timeout, retries, s3, "files", gcs=gcs),
+        "storage": storage_options(timeout, retries, s3, "files", gcs=gcs, azure=azure),
     }
     return _listed("files", listing, shuffle, seed, drop_last, rank, world_size, epoch, with_index)
 
@@ -354,6 +355,7 @@ def image_folder(
     with_index: bool = False,
     s3: dict[str, Any] | None = None,
     gcs: dict[str, Any] | None = None,
+    azure: dict[str, Any] | None = None,
     timeout: float | None = None,
     retries: int | None = None,
 ) -> ListedSource:
@@ -365,9 +367,8 @@ def image_folder(
     ``classes`` lists them. Sampling, sharding and resume work as in
     ``sampler``. A class with no matching file is an error, since it would
     shift every later label. ``with_index=True`` yields ``(path, label,
-    index)`` for ``ResumableSource``. An ``s3://bucket/prefix`` or
-    ``gs://bucket/prefix`` root is listed (``s3=``, ``gcs=`` as in
-    ``ops.read_file``); there, classes are the first "directory" level that
+    index)`` for ``ResumableSource``. An ``s3://``, ``gs://`` or ``az://``
+    root is listed (``s3=``, ``gcs=``, ``azure=`` as in ``ops.read_file``); there, classes are the first "directory" level that
     holds objects.
 
     Example:
@@ -384,7 +385,7 @@ def image_folder(
         "root": os.fspath(root),
         "extensions": _exts(extensions),
         "recursive": True,
-        "storage": storage_options(timeout, retries, s3, "image_folder", gcs=gcs),
+        "storage": storage_options(timeout, retries, s3, "image_folder", gcs=gcs, azure=azure),
     }
     return _listed("image_folder", listing, shuffle, seed, drop_last, rank, world_size, epoch, with_index)
 
@@ -405,6 +406,7 @@ def webdataset(
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
     gcs: dict[str, Any] | None = None,
+    azure: dict[str, Any] | None = None,
     with_index: bool = False,
     prefetch_shards: int = 2,
 ) -> NativeSource:
@@ -429,9 +431,10 @@ def webdataset(
         drop_last, rank, world_size: Shards are dealt to ranks like samples
             in ``sampler`` (padded by repeating shards, or dropped); ranks
             read equal sample counts when shards hold equal counts.
-        timeout, retries, s3, gcs: Remote reads, as in ``ops.read_file``:
-            shards may be ``http(s)://``, ``s3://`` or ``gs://`` URLs (and
-            ``s3://``/``gs://`` patterns), streamed in 8 MiB range
+        timeout, retries, s3, gcs, azure: Remote reads, as in
+            ``ops.read_file``: shards may be ``http(s)://``, ``s3://``,
+            ``gs://`` or ``az://`` URLs (or patterns, except http),
+            streamed in 8 MiB range
             requests (a failed one is retried, not the whole shard).
         prefetch_shards: Shards opened ahead of the one being read. Each
             open shard is read up to 16 MiB ahead in a Go thread, so the
@@ -466,7 +469,7 @@ def webdataset(
         required=[str(r) for r in required],
         decode=dict(decode or {}),
         shuffle_buffer=shuffle_buffer,
-        storage=storage_options(timeout, retries, s3, "webdataset", gcs=gcs),
+        storage=storage_options(timeout, retries, s3, "webdataset", gcs=gcs, azure=azure),
         with_index=bool(with_index),
         prefetch_shards=prefetch_shards,
     )
@@ -490,6 +493,7 @@ def table(
     retries: int | None = None,
     s3: dict[str, Any] | None = None,
     gcs: dict[str, Any] | None = None,
+    azure: dict[str, Any] | None = None,
     with_index: bool = False,
     verify_checksums: bool = True,
 ) -> NativeSource:
@@ -511,9 +515,9 @@ def table(
             ``sampler``; rows inside one are read in order.
         shuffle_buffer: Also shuffle rows through a buffer of this many.
         batch_rows: Parquet rows decoded at a time.
-        timeout, retries, s3, gcs: Remote reads, as in ``ops.read_file``:
-            files may be ``http(s)://``, ``s3://`` or ``gs://`` URLs, read
-            with range
+        timeout, retries, s3, gcs, azure: Remote reads, as in
+            ``ops.read_file``: files may be ``http(s)://``, ``s3://``,
+            ``gs://`` or ``az://`` URLs, read with range
             requests (the footer, then each column chunk).
         verify_checksums: Check the CRC32 of each Parquet page that has one
             (pyarrow's ``write_page_checksum=True``) before decoding its
@@ -552,7 +556,7 @@ def table(
         scalars=bool(scalars),
         shuffle_buffer=shuffle_buffer,
         batch_rows=batch_rows,
-        storage=storage_options(timeout, retries, s3, "table", gcs=gcs),
+        storage=storage_options(timeout, retries, s3, "table", gcs=gcs, azure=azure),
         with_index=bool(with_index),
         verify_checksums=bool(verify_checksums),
     )

@@ -223,3 +223,57 @@ func (g *GCS) Stop() {
 	g.cmd.Process.Kill()
 	<-g.done
 }
+
+// Azurite is a running Azure Blob Storage emulator (npm's azurite; .ci/servers
+// installs it), in memory, with its well-known development account.
+type Azurite struct {
+	Endpoint   string // http://127.0.0.1:port/devstoreaccount1
+	Account    string
+	AccountKey string
+	cmd        *exec.Cmd
+	done       chan struct{}
+}
+
+// AzuriteKey is the emulator's published development account key.
+const AzuriteKey = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+// ConnectionString is the emulator's connection string (account key).
+func (a *Azurite) ConnectionString() string {
+	return "DefaultEndpointsProtocol=http;AccountName=" + a.Account + ";AccountKey=" + a.AccountKey + ";BlobEndpoint=" + a.Endpoint + ";"
+}
+
+// StartAzurite starts azurite-blob on a free port.
+func StartAzurite(t testing.TB) *Azurite {
+	t.Helper()
+	bin := need(t, "azurite-blob", "/usr/bin/azurite-blob", "/usr/local/bin/azurite-blob")
+	port := freePort(t)
+	dir := t.TempDir()
+	a := &Azurite{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/devstoreaccount1", port), Account: "devstoreaccount1",
+		AccountKey: AzuriteKey, done: make(chan struct{})}
+	logPath := filepath.Join(dir, "azurite.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(port), "--location", filepath.Join(dir, "data"),
+		"--silent", "--loose", "--skipApiVersionCheck")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a.cmd = cmd
+	go func() { cmd.Wait(); logf.Close(); close(a.done) }()
+	t.Cleanup(a.Stop)
+	waitListening(t, fmt.Sprintf("127.0.0.1:%d", port), cmd, a.done, logPath)
+	return a
+}
+
+// Stop kills the emulator (node and whatever it started).
+func (a *Azurite) Stop() {
+	if a.cmd.Process == nil {
+		return
+	}
+	syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
+	<-a.done
+}
