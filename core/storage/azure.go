@@ -239,8 +239,29 @@ func azureFailure(ctx context.Context, err error, off, n int64, timeout time.Dur
 	if errors.Is(err, context.DeadlineExceeded) || (errors.Is(err, context.Canceled) && ctx.Err() != nil) {
 		return 0, fmt.Errorf("no answer in %v: %w", timeout, errStalled)
 	}
-	return 0, unwrapURLError(err)
+	return 0, oneLine{unwrapURLError(err)}
 }
+
+// oneLine is err on one line: azidentity's errors span many, with
+// rulers, which an item's error in a table or a log should not.
+type oneLine struct{ err error }
+
+func (e oneLine) Error() string {
+	var b strings.Builder
+	for _, line := range strings.Split(e.err.Error(), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.Trim(line, "-") == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(" | ")
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+func (e oneLine) Unwrap() error { return e.err }
 
 // azureOpen starts a download of the whole blob, for Open's one-GET
 // fallback.

@@ -291,12 +291,19 @@ func (c *Client) listS3(ctx context.Context, prefix string) ([]Object, error) {
 // cloudEnv reports whether k is a variable the cloud SDKs read, which
 // EnvSync copies.
 func cloudEnv(k string) bool {
-	return strings.HasPrefix(k, "AWS_") || strings.HasPrefix(k, "GOOGLE_") || strings.HasPrefix(k, "AZURE_") ||
-		k == "STORAGE_EMULATOR_HOST"
+	switch k {
+	case "STORAGE_EMULATOR_HOST",
+		// Azure's managed identity endpoints (App Service, Functions,
+		// Service Fabric, Arc, Cloud Shell), read by azidentity.
+		"IDENTITY_ENDPOINT", "IDENTITY_HEADER", "IDENTITY_SERVER_THUMBPRINT", "IMDS_ENDPOINT", "MSI_ENDPOINT", "MSI_SECRET":
+		return true
+	}
+	return strings.HasPrefix(k, "AWS_") || strings.HasPrefix(k, "GOOGLE_") || strings.HasPrefix(k, "AZURE_")
 }
 
 // SyncCloudEnv sets Go's copies of the variables the cloud SDKs read
-// (AWS_*, GOOGLE_*, AZURE_*, STORAGE_EMULATOR_HOST) to those of environ
+// (AWS_*, GOOGLE_*, AZURE_*, STORAGE_EMULATOR_HOST, the managed identity
+// endpoints) to those of environ
 // (KEY=VALUE entries), and unsets the ones environ lacks: what EnvSync
 // implementations call with the C environment.
 func SyncCloudEnv(environ []string) {

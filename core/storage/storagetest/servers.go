@@ -1,18 +1,25 @@
 // Package storagetest starts real servers on loopback for tests of remote
-// reads: nginx (Debian's package) serving a directory, and versitygw, an
-// S3-compatible gateway over a directory (go install
-// github.com/versity/versitygw/cmd/versitygw@v1.8.0; .ci/run installs
-// both). Without the binary a test is skipped, except where
+// reads: nginx (Debian's package) serving a directory; versitygw, an
+// S3-compatible gateway over a directory; fake-gcs-server; Azurite
+// (.ci/servers installs them). Without the binary a test is skipped, except where
 // SPDL_GO_REQUIRE_SERVERS is set (.ci/run sets it), where it fails: CI must
 // exercise them.
 package storagetest
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -227,9 +234,10 @@ func (g *GCS) Stop() {
 // Azurite is a running Azure Blob Storage emulator (npm's azurite; .ci/servers
 // installs it), in memory, with its well-known development account.
 type Azurite struct {
-	Endpoint   string // http://127.0.0.1:port/devstoreaccount1
+	Endpoint   string // http://127.0.0.1:port/devstoreaccount1 (https for StartAzuriteOAuth)
 	Account    string
 	AccountKey string
+	CAFile     string // the PEM certificate to trust (StartAzuriteOAuth)
 	cmd        *exec.Cmd
 	done       chan struct{}
 }
@@ -239,24 +247,49 @@ const AzuriteKey = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6
 
 // ConnectionString is the emulator's connection string (account key).
 func (a *Azurite) ConnectionString() string {
-	return "DefaultEndpointsProtocol=http;AccountName=" + a.Account + ";AccountKey=" + a.AccountKey + ";BlobEndpoint=" + a.Endpoint + ";"
+	return "DefaultEndpointsProtocol=" + strings.Split(a.Endpoint, ":")[0] + ";AccountName=" + a.Account + ";AccountKey=" + a.AccountKey + ";BlobEndpoint=" + a.Endpoint + ";"
 }
 
 // StartAzurite starts azurite-blob on a free port.
 func StartAzurite(t testing.TB) *Azurite {
 	t.Helper()
+	return startAzurite(t, false)
+}
+
+// StartAzuriteOAuth starts azurite-blob over HTTPS (a self-signed
+// certificate for 127.0.0.1, trusted through CAFile) that also accepts
+// bearer tokens, as Blob Storage does for Entra ID identities: Azurite's
+// "basic" check takes a JWT whose issuer is Entra's
+// (https://sts.windows.net/<tenant>/), whose audience is
+// https://storage.azure.com and which is within its lifetime, without
+// checking its signature. The SDKs send tokens only over HTTPS.
+func StartAzuriteOAuth(t testing.TB) *Azurite {
+	t.Helper()
+	return startAzurite(t, true)
+}
+
+func startAzurite(t testing.TB, oauth bool) *Azurite {
 	bin := need(t, "azurite-blob", "/usr/bin/azurite-blob", "/usr/local/bin/azurite-blob")
 	port := freePort(t)
 	dir := t.TempDir()
-	a := &Azurite{Endpoint: fmt.Sprintf("http://127.0.0.1:%d/devstoreaccount1", port), Account: "devstoreaccount1",
-		AccountKey: AzuriteKey, done: make(chan struct{})}
+	scheme := "http"
+	args := []string{"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(port), "--location", filepath.Join(dir, "data"),
+		"--silent", "--loose", "--skipApiVersionCheck"}
+	var caFile string
+	if oauth {
+		scheme = "https"
+		var certFile, keyFile string
+		caFile, certFile, keyFile = selfSigned(t, dir)
+		args = append(args, "--cert", certFile, "--key", keyFile, "--oauth", "basic")
+	}
+	a := &Azurite{Endpoint: fmt.Sprintf("%s://127.0.0.1:%d/devstoreaccount1", scheme, port), Account: "devstoreaccount1",
+		AccountKey: AzuriteKey, CAFile: caFile, done: make(chan struct{})}
 	logPath := filepath.Join(dir, "azurite.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(port), "--location", filepath.Join(dir, "data"),
-		"--silent", "--loose", "--skipApiVersionCheck")
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -276,4 +309,37 @@ func (a *Azurite) Stop() {
 	}
 	syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
 	<-a.done
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key
+// under dir; the certificate is its own CA.
+func selfSigned(t testing.TB, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, certFile, keyFile
 }
