@@ -20,16 +20,21 @@ Configurations:
 * spdl-go cache (memory|disk), epoch 2: the same read_file with a cache,
   timing the second epoch only (the first fills the cache).
 
-Then the same objects from S3 (versitygw on loopback, serving a copy of
-the directory as a bucket; no added latency, so this measures the client
-and server CPU per object on the same machine):
+Then the same objects from three object stores on loopback, each serving
+a copy of the directory as a bucket or container, with no added latency,
+so these rows measure the client's and the server's CPU per object on the
+same machine (the servers are single processes: versitygw and
+fake-gcs-server in Go, Azurite in node):
 
-* spdl-go S3 c=N: ops.read_file() of s3://bench/obj/... (the AWS SDK for
-  Go v2; credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY and the
-  endpoint from AWS_ENDPOINT_URL_S3, set for the run);
-* DataLoader+boto3 w=N: __getitem__ is get_object(...)["Body"].read() on
-  one boto3 client per worker (made after the fork), when boto3 is
-  installed.
+* spdl-go S3|GCS|Azure c=N: ops.read_file() of s3://bench/obj/...,
+  gs://bench/obj/... or az://bench/obj/... at concurrency N (the AWS SDK
+  for Go v2, Google's Go client, azblob; credentials and endpoints from
+  the environment, set for the run: AWS_*, STORAGE_EMULATOR_HOST,
+  AZURE_STORAGE_CONNECTION_STRING);
+* DataLoader+boto3|google-cloud-storage|azure-storage-blob w=N: a
+  map-style Dataset whose __getitem__ reads the object with the store's
+  Python SDK, one client per worker process (made after the fork), when
+  the package is installed.
 
 Each run is a fresh process (benchmarks/harness.py); median of --repeat.
 
@@ -58,8 +63,12 @@ def _urls(base: str, n: int) -> list[str]:
     return [f"{base}/lat/obj/{i:05d}.bin" for i in range(n)]
 
 
-def _s3_names(n: int) -> list[str]:
-    return [f"s3://bench/obj/{i:05d}.bin" for i in range(n)]
+# Object stores: scheme, row label, the Python SDK of the DataLoader rows.
+STORES = {"s3": ("S3", "boto3"), "gs": ("GCS", "google-cloud-storage"), "az": ("Azure", "azure-storage-blob")}
+
+
+def _cloud_names(scheme: str, n: int) -> list[str]:
+    return [f"{scheme}://bench/obj/{i:05d}.bin" for i in range(n)]
 
 
 def _count(total: list[int]):
@@ -129,42 +138,59 @@ def dataloader_batches(urls: list[str], workers: int, session: bool = False):
     yield from dl
 
 
-class S3Dataset:
-    """Map-style dataset reading s3://bucket/key names with boto3: one
-    client per worker process, made on first use (after the fork)."""
+class CloudDataset:
+    """Map-style dataset reading s3://, gs:// or az:// names with the
+    store's Python SDK: one client per worker process, made on first use
+    (after the fork), configured from the same environment as spdl-go's."""
 
     def __init__(self, names: list[str]) -> None:
-        self.names, self._c = names, None
+        self.names, self._read = names, None
 
     def __len__(self) -> int:
         return len(self.names)
 
-    def __getitem__(self, i: int) -> bytes:
-        if self._c is None:
-            import os
+    def _client(self, scheme: str):
+        import os
 
+        if scheme == "s3":
             import boto3
 
-            self._c = boto3.client(
-                "s3", endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"], region_name=os.environ["AWS_REGION"]
-            )
-        bucket, key = self.names[i][len("s3://") :].split("/", 1)
-        return self._c.get_object(Bucket=bucket, Key=key)["Body"].read()
+            c = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"], region_name=os.environ["AWS_REGION"])
+            return lambda b, k: c.get_object(Bucket=b, Key=k)["Body"].read()
+        if scheme == "gs":
+            from google.auth.credentials import AnonymousCredentials
+            from google.cloud import storage
+
+            g = storage.Client(project="bench", credentials=AnonymousCredentials())
+            return lambda b, k: g.bucket(b).blob(k).download_as_bytes()
+        from azure.storage.blob import BlobServiceClient
+
+        a = BlobServiceClient.from_connection_string(os.environ["AZURE_STORAGE_CONNECTION_STRING"])
+        return lambda b, k: a.get_blob_client(b, k).download_blob().readall()
+
+    def __getitem__(self, i: int) -> bytes:
+        scheme, rest = self.names[i].split("://", 1)
+        if self._read is None:
+            self._read = self._client(scheme)
+        bucket, key = rest.split("/", 1)
+        return self._read(bucket, key)
 
 
 def worker(kind: str, param: str, base: str, n: str, size: str) -> None:
-    urls = _s3_names(int(n)) if kind in ("spdl-go-s3", "dataloader-boto3") else _urls(base, int(n))
+    # Cloud kinds are "spdl-go-<scheme>" and "dataloader-<scheme>".
+    scheme = kind.rsplit("-", 1)[-1]
+    urls = _cloud_names(scheme, int(n)) if scheme in STORES else _urls(base, int(n))
     total = [0]
-    if kind in ("spdl-go", "spdl-go-s3"):
+    if kind in ("spdl-go", "spdl-go-s3", "spdl-go-gs", "spdl-go-az"):
         batches = spdl_go_batches(urls, int(param))
     elif kind == "dataloader":
         batches = dataloader_batches(urls, int(param))
-    elif kind == "dataloader-boto3":
+    elif kind in ("dataloader-s3", "dataloader-gs", "dataloader-az"):
         import torch.utils.data
 
         batches = iter(
             torch.utils.data.DataLoader(
-                S3Dataset(urls),
+                CloudDataset(urls),
                 batch_size=BATCH,
                 num_workers=int(param),
                 collate_fn=list,
@@ -232,12 +258,11 @@ def main() -> None:
         runs = harness.run_all(__file__, cfgs, [srv.url, str(args.objects), str(size)], args.repeat, 600, skipped)
     finally:
         srv.stop()
-    s3runs = _s3_section(work, args, size, skipped)
-    runs.update(s3runs)
+    runs.update(_cloud_section(work, args, size, skipped))
     rows = harness.median_rows(runs)
     print(
         f"\n{args.objects} objects, {size / 1e6:.1f} MB, {args.latency_ms:g} ms latency per HTTP request"
-        f" (none added for S3); median of {args.repeat}\n"
+        f" (none added for the object stores); median of {args.repeat}\n"
     )
     print(harness.markdown_table(rows, "objects", skipped))
     best_dl = max((r["items_per_s"], n) for n, r in rows.items() if n.startswith("DataLoader w=") or "requests" in n)
@@ -246,11 +271,12 @@ def main() -> None:
     for name in ("spdl-go cache memory, epoch 2", "spdl-go cache disk, epoch 2"):
         if name in rows:
             print(f"{name} / {best_go[1]} (epoch 1 from the server): x{rows[name]['items_per_s'] / best_go[0]:.2f}")
-    s3_go = [(r["items_per_s"], n) for n, r in rows.items() if n.startswith("spdl-go S3")]
-    s3_dl = [(r["items_per_s"], n) for n, r in rows.items() if n.startswith("DataLoader+boto3")]
-    if s3_go and s3_dl:
-        g, d = max(s3_go), max(s3_dl)
-        print(f"S3: best spdl-go ({g[1]}) / best DataLoader+boto3 ({d[1]}): x{g[0] / d[0]:.2f}")
+    for label, sdk in STORES.values():
+        go = [(r["items_per_s"], n) for n, r in rows.items() if n.startswith(f"spdl-go {label} ")]
+        dl = [(r["items_per_s"], n) for n, r in rows.items() if n.startswith(f"DataLoader+{sdk} ")]
+        if go and dl:
+            g, d = max(go), max(dl)
+            print(f"{label}: best spdl-go ({g[1]}) / best DataLoader+{sdk} ({d[1]}): x{g[0] / d[0]:.2f}")
     if args.json:
         harness.write_results(
             args.json,
@@ -263,45 +289,62 @@ def main() -> None:
         )
 
 
-def _s3_section(work: Path, args, size: int, skipped: dict[str, str]) -> dict:
-    """The S3 rows: versitygw over a copy (hard links) of the objects."""
+def _cloud_section(work: Path, args, size: int, skipped: dict[str, str]) -> dict:
+    """The object-store rows: versitygw and fake-gcs-server over a copy
+    (hard links) of the objects as bucket "bench", and Azurite with them
+    uploaded to container "bench". Each store's variables are set while its
+    rows run (their processes inherit them)."""
     import os
 
-    from servers import S3Server
+    from servers import AzuriteServer, GCSServer, S3Server
 
-    (work / "s3root" / "bench" / "obj").mkdir(parents=True)
+    (work / "bucket" / "bench" / "obj").mkdir(parents=True)
     for f in (work / "root" / "obj").iterdir():
-        os.link(f, work / "s3root" / "bench" / "obj" / f.name)
-    (work / "s3").mkdir()
-    try:
-        srv = S3Server(work / "s3root", work / "s3")
-    except Exception as e:  # noqa: BLE001  (versitygw missing)
-        skipped["S3"] = f"versitygw could not start: {e}"
-        return {}
-    env = {
-        "AWS_ACCESS_KEY_ID": srv.access_key,
-        "AWS_SECRET_ACCESS_KEY": srv.secret_key,
-        "AWS_REGION": srv.region,
-        "AWS_ENDPOINT_URL_S3": srv.endpoint,
-    }
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the runs' processes inherit them
-    try:
-        cfgs = [(f"spdl-go S3 c={c}", "spdl-go-s3", str(c)) for c in (16, 64)]
+        os.link(f, work / "bucket" / "bench" / "obj" / f.name)
+    runs: dict = {}
+    for scheme, (label, sdk) in STORES.items():
+        state = work / f"{scheme}-server"
+        state.mkdir()
         try:
-            import boto3  # noqa: F401
-
-            cfgs += [(f"DataLoader+boto3 w={w}", "dataloader-boto3", str(w)) for w in (4, 16)]
-        except ImportError:
-            skipped["DataLoader+boto3"] = "boto3 is not installed"
-        return harness.run_all(__file__, cfgs, [srv.endpoint, str(args.objects), str(size)], args.repeat, 600, skipped)
-    finally:
-        srv.stop()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
+            if scheme == "s3":
+                srv = S3Server(work / "bucket", state)
+                env = {
+                    "AWS_ACCESS_KEY_ID": srv.access_key,
+                    "AWS_SECRET_ACCESS_KEY": srv.secret_key,
+                    "AWS_REGION": srv.region,
+                    "AWS_ENDPOINT_URL_S3": srv.endpoint,
+                }
+            elif scheme == "gs":
+                srv = GCSServer(work / "bucket", state)
+                env = {"STORAGE_EMULATOR_HOST": f"http://{srv.host}"}  # the Python client wants the scheme
             else:
-                os.environ[k] = v
+                srv = AzuriteServer(state)
+                srv.create_container("bench")
+                for f in sorted((work / "root" / "obj").iterdir()):
+                    srv.upload("bench", f"obj/{f.name}", f.read_bytes())
+                env = {"AZURE_STORAGE_CONNECTION_STRING": srv.connection_string()}
+        except BaseException as e:  # noqa: BLE001  (server missing; pytest.skip is a BaseException)
+            skipped[label] = f"its server could not start: {e}"
+            continue
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            cfgs = [(f"spdl-go {label} c={c}", f"spdl-go-{scheme}", str(c)) for c in (16, 64)]
+            module = {"s3": "boto3", "gs": "google.cloud.storage", "az": "azure.storage.blob"}[scheme]
+            try:
+                __import__(module)
+                cfgs += [(f"DataLoader+{sdk} w={w}", f"dataloader-{scheme}", str(w)) for w in (4, 16)]
+            except ImportError:
+                skipped[f"DataLoader+{sdk}"] = f"{sdk} is not installed"
+            runs.update(harness.run_all(__file__, cfgs, ["-", str(args.objects), str(size)], args.repeat, 600, skipped))
+        finally:
+            srv.stop()
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return runs
 
 
 if __name__ == "__main__":
