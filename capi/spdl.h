@@ -290,6 +290,31 @@ void spdl_tensor_note_stream(spdl_tensor *t, intptr_t stream);
 int spdl_cuda_mem_stats(char **out_json, char **err);
 void spdl_cuda_mem_trim(void);
 
+/* ---- Shared-memory arena (core/tensor/tensor.h) ----
+ * For a pipeline in a subprocess: batches cross to the parent without a
+ * copy. The child calls spdl_shm_arena(fd, size) once with a memfd both
+ * processes have, before building its pipeline (0 or an errno value);
+ * pooled buffers then come from it while it has room. spdl_shm_lend(t,
+ * out) lends t's buffer to the parent (1, with out[0] the offset of its
+ * header and out[1] that of t's first element) or says it is not in the
+ * arena (0). The parent maps the memfd with spdl_shm_map (NULL and *err an errno
+ * value on failure), makes tensors over lent buffers with spdl_shm_tensor (a new
+ * reference; NULL when the offsets, shape or strides reach outside the
+ * buffer), and drops its handle with spdl_shm_unmap; the mapping stays
+ * while any tensor over it lives. A parent tensor's last reference gives
+ * the buffer back to the child; no message crosses.
+ * spdl_shm_stats(out): arena bytes (0: none), bytes carved from it,
+ * buffers freed by the child but still lent, lends since start,
+ * allocations that found it full.
+ */
+int spdl_shm_arena(int fd, int64_t size);
+int spdl_shm_lend(spdl_tensor *t, int64_t *out);
+void spdl_shm_stats(int64_t *out);
+void *spdl_shm_map(int fd, int64_t size, int *err);
+void spdl_shm_unmap(void *map);
+spdl_tensor *spdl_shm_tensor(void *map, int64_t hdr_off, int64_t data_off, int32_t ndim, const int64_t *shape,
+                             const int64_t *strides, uint8_t code, uint8_t bits, uint16_t lanes);
+
 /* Bytes of Arrow buffers (C memory) alive now, exported or not. */
 int64_t spdl_arrow_allocated_bytes(void);
 

@@ -5,9 +5,12 @@
 //   abi_check <scratch directory>
 // It prints one line per check and exits 0 when all pass. (Go ignores
 // testdata/, so this file is not part of the library.)
+#define _GNU_SOURCE  // memfd_create
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "spdl.h"
 
@@ -92,6 +95,46 @@ static void check_tensor(spdl_tensor *t) {
         "spdl_tensor_to_dlpack_*(NULL) -> NULL");
   spdl_tensor_decref(t);
   spdl_tensor_decref(NULL);
+}
+
+// check_shm runs the shared-memory arena within one process: the arena's
+// side lends a tensor's buffer, the mapping's side reads it.
+static void check_shm(void) {
+  const int64_t size = 1 << 20;
+  int fd = memfd_create("abi-check", MFD_CLOEXEC);
+  CHECK(fd >= 0 && ftruncate(fd, size) == 0, "memfd_create");
+  CHECK(spdl_shm_arena(-1, size) != 0, "spdl_shm_arena(-1) -> an errno value");
+  CHECK(spdl_shm_arena(fd, size) == 0, "spdl_shm_arena");
+  int64_t st[5] = {0};
+  spdl_shm_stats(st);
+  CHECK(st[0] == size, "spdl_shm_stats: the arena's size %" PRId64, st[0]);
+  int e = 0;
+  CHECK(spdl_shm_map(-1, size, &e) == NULL && e != 0, "spdl_shm_map(-1) -> NULL, errno %d", e);
+  void *m = spdl_shm_map(fd, size, &e);
+  CHECK(m != NULL, "spdl_shm_map");
+  char *err = NULL;
+  spdl_buf out = {NULL, 0};
+  static const char req[] = "{\"op\": {\"name\": \"to_tensor\", \"options\": {}}}";
+  static const uint8_t seven[9] = {'i', 7};
+  int rc = spdl_io_apply(req, sizeof req - 1, seven, sizeof seven, &out, &err);
+  spdl_tensor *t = rc == SPDL_OK ? take_tensor(&out) : NULL;
+  spdl_free(out.data);
+  spdl_free(err);
+  int64_t off[2] = {-1, -1};
+  CHECK(t != NULL && spdl_shm_lend(t, off) == 1, "spdl_shm_lend: offsets %" PRId64 ", %" PRId64, off[0], off[1]);
+  if (t != NULL && m != NULL) {
+    const DLTensor *dl = spdl_tensor_dltensor(t);
+    spdl_tensor *p = spdl_shm_tensor(m, off[0], off[1], 0, NULL, NULL, dl->dtype.code, dl->dtype.bits, dl->dtype.lanes);
+    const DLTensor *pv = p != NULL ? spdl_tensor_dltensor(p) : NULL;
+    CHECK(pv != NULL && pv->data != dl->data && memcmp(pv->data, dl->data, dl->dtype.bits / 8) == 0,
+          "spdl_shm_tensor: the same value through the other mapping");
+    CHECK(spdl_shm_tensor(m, off[0], off[0], 0, NULL, NULL, dl->dtype.code, dl->dtype.bits, dl->dtype.lanes) == NULL,
+          "spdl_shm_tensor(a view outside the buffer) -> NULL");
+    spdl_tensor_decref(p);
+  }
+  spdl_tensor_decref(t);
+  spdl_shm_unmap(m);
+  if (fd >= 0) close(fd);
 }
 
 static void check_io(void) {
@@ -224,6 +267,7 @@ int main(int argc, char **argv) {
   check_handle_zero();
   check_pipeline(dir);
   check_io();
+  check_shm();
 
   rc = spdl_mem_stats(&out, &err);
   expect_json("spdl_mem_stats", rc, out, err, "\"live_tensors\"");

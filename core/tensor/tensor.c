@@ -5,12 +5,14 @@
 
 #include "copy.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
-enum { OWNER_POOL, OWNER_VERSIONED, OWNER_LEGACY, OWNER_PINNED, OWNER_DEVICE };
+enum { OWNER_POOL, OWNER_VERSIONED, OWNER_LEGACY, OWNER_PINNED, OWNER_DEVICE, OWNER_SHM };
 
 typedef struct cuda_buf cuda_buf;
 
@@ -19,8 +21,8 @@ struct spdl_tensor {
   DLTensor dl;       // shape and strides point into dims
   int owner;         // OWNER_*
   int read_only;     // imported with DLPACK_FLAG_BITMASK_READ_ONLY
-  void* foreign;     // the imported DLManagedTensor[Versioned]
-  void* buf;         // OWNER_POOL: the pooled buffer
+  void* foreign;     // the imported DLManagedTensor[Versioned]; OWNER_SHM: the shm_map
+  void* buf;         // OWNER_POOL: the pooled buffer; OWNER_SHM: the buffer's shm_hdr
   size_t cap;        // OWNER_POOL: its size class in bytes
   int cls;           // OWNER_POOL: its size class index
   cuda_buf* cbuf;    // OWNER_PINNED, OWNER_DEVICE: the pooled CUDA buffer
@@ -76,9 +78,18 @@ static int size_class(size_t n, size_t* cap) {
   return SMALL_CLASSES + (k - 16) * 8 + (int)(m - 1);
 }
 
+static void* shm_get(int c, size_t cap);
+static int shm_put(void* p);
+
 static void* pool_get(size_t n, size_t* cap, int* cls) {
   int c = size_class(n, cap);
   if (c < 0) return NULL;
+  void* s = shm_get(c, *cap);
+  if (s != NULL) {
+    atomic_fetch_add(&st_live, (long long)*cap);
+    *cls = c;
+    return s;
+  }
   pthread_mutex_lock(&pool_mu);
   void* p = pool_free[c];
   if (p != NULL) {
@@ -98,6 +109,7 @@ static void* pool_get(size_t n, size_t* cap, int* cls) {
 
 static void pool_put(void* p, size_t cap, int cls) {
   atomic_fetch_sub(&st_live, (long long)cap);
+  if (shm_put(p)) return;
   pthread_mutex_lock(&pool_mu);
   if (atomic_load(&st_pooled) + (long long)cap <= pool_limit) {
     *(void**)p = pool_free[cls];
@@ -273,6 +285,7 @@ spdl_tensor* spdl_tensor_from_dlpack_legacy(DLManagedTensor* m) {
 }
 
 static void cuda_put(spdl_tensor* t);
+static void shm_return(spdl_tensor* t);
 
 void spdl_tensor_incref(spdl_tensor* t) {
   atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
@@ -299,6 +312,9 @@ void spdl_tensor_decref(spdl_tensor* t) {
       if (m->deleter != NULL) m->deleter(m);
       break;
     }
+    case OWNER_SHM:
+      shm_return(t);
+      break;
   }
   atomic_fetch_sub(&st_blocks, 1);
   free(t);
@@ -599,4 +615,238 @@ DLManagedTensor* spdl_tensor_to_dlpack_legacy(spdl_tensor* t) {
   m->manager_ctx = t;
   m->deleter = legacy_deleter;
   return m;
+}
+
+// ---- shared-memory arena ---------------------------------------------------
+//
+// A pipeline run in a subprocess (spdl_go.run_pipeline_in_subprocess) takes
+// its pooled buffers from a memfd that the parent maps too, so that a batch
+// reaches the parent without a copy. Each buffer follows a 64-byte header in
+// the arena. The header's `lent` counts the parent's tensors over the
+// buffer; both processes change it atomically (lock-free atomics work
+// across processes on a shared mapping). The child reuses a buffer only once
+// its own references are gone and lent is 0: a freed buffer still lent
+// waits on the pending list, which each allocation sweeps. Nothing else
+// crosses: the parent's last reference decrements lent, from any thread,
+// with no message. When the arena is full, buffers come from malloc, and
+// those cross by copy.
+
+typedef struct {
+  atomic_int lent;  // the parent's tensors over this buffer (both processes)
+  int32_t cls;      // size class (child only, as the fields below)
+  int64_t cap;      // bytes after the header
+  int64_t next;     // free or pending list link: offset of the next header, -1 at the end
+  char pad[40];
+} shm_hdr;
+
+_Static_assert(sizeof(shm_hdr) == 64, "shm_hdr keeps buffers 64-byte aligned");
+
+static _Atomic(char*) shm_base;       // the child's arena; NULL when none
+static size_t shm_size;               // set once with shm_base
+static size_t shm_bump;               // next unused offset; guarded by pool_mu
+static int64_t shm_free[NUM_CLASSES]; // free lists by class; guarded by pool_mu
+static int64_t shm_pending = -1;      // freed but lent; guarded by pool_mu
+static atomic_llong shm_lends, shm_misses;
+
+static shm_hdr* shm_at(char* base, int64_t off) { return (shm_hdr*)(base + off); }
+
+int spdl_shm_arena(int fd, int64_t size) {
+  if (size < 4096 || fd < 0) return EINVAL;
+  pthread_mutex_lock(&pool_mu);
+  if (atomic_load(&shm_base) != NULL) {
+    pthread_mutex_unlock(&pool_mu);
+    return EBUSY;
+  }
+  void* p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    pthread_mutex_unlock(&pool_mu);
+    return e;
+  }
+  for (int c = 0; c < NUM_CLASSES; c++) shm_free[c] = -1;
+  shm_size = (size_t)size;
+  shm_bump = 0;
+  atomic_store(&shm_base, (char*)p);
+  pthread_mutex_unlock(&pool_mu);
+  return 0;
+}
+
+// shm_sweep_locked moves pending buffers the parent has let go to their
+// free lists.
+static void shm_sweep_locked(char* base) {
+  int64_t* link = &shm_pending;
+  while (*link >= 0) {
+    shm_hdr* h = shm_at(base, *link);
+    if (atomic_load_explicit(&h->lent, memory_order_acquire) == 0) {
+      int64_t off = *link;
+      *link = h->next;
+      h->next = shm_free[h->cls];
+      shm_free[h->cls] = off;
+    } else {
+      link = &h->next;
+    }
+  }
+}
+
+// shm_get returns a class-c buffer from the arena, or NULL when there is no
+// arena or it is full.
+static void* shm_get(int c, size_t cap) {
+  char* base = atomic_load(&shm_base);
+  if (base == NULL) return NULL;
+  pthread_mutex_lock(&pool_mu);
+  shm_sweep_locked(base);
+  int64_t off = shm_free[c];
+  if (off >= 0) {
+    shm_free[c] = shm_at(base, off)->next;
+  } else if (shm_bump + sizeof(shm_hdr) + cap <= shm_size) {
+    off = (int64_t)shm_bump;
+    shm_bump += sizeof(shm_hdr) + cap;
+    shm_hdr* h = shm_at(base, off);
+    atomic_store(&h->lent, 0);
+    h->cls = c;
+    h->cap = (int64_t)cap;
+  }
+  pthread_mutex_unlock(&pool_mu);
+  if (off < 0) {
+    atomic_fetch_add(&shm_misses, 1);
+    return NULL;
+  }
+  return base + off + sizeof(shm_hdr);
+}
+
+// shm_put takes back an arena buffer (1), or says p is not one (0).
+static int shm_put(void* p) {
+  char* base = atomic_load(&shm_base);
+  if (base == NULL || (char*)p < base || (char*)p >= base + shm_size) return 0;
+  int64_t off = (int64_t)((char*)p - base) - (int64_t)sizeof(shm_hdr);
+  shm_hdr* h = shm_at(base, off);
+  pthread_mutex_lock(&pool_mu);
+  if (atomic_load_explicit(&h->lent, memory_order_acquire) == 0) {
+    h->next = shm_free[h->cls];
+    shm_free[h->cls] = off;
+  } else {
+    h->next = shm_pending;
+    shm_pending = off;
+  }
+  pthread_mutex_unlock(&pool_mu);
+  return 1;
+}
+
+int spdl_shm_lend(spdl_tensor* t, int64_t* out) {
+  char* base = atomic_load(&shm_base);
+  if (t == NULL || base == NULL || t->owner != OWNER_POOL) return 0;
+  char* b = t->buf;
+  if (b < base || b >= base + shm_size) return 0;
+  shm_hdr* h = (shm_hdr*)(b - sizeof(shm_hdr));
+  atomic_fetch_add_explicit(&h->lent, 1, memory_order_acq_rel);
+  atomic_fetch_add(&shm_lends, 1);
+  out[0] = (int64_t)((char*)h - base);
+  out[1] = (int64_t)((char*)t->dl.data - base);
+  return 1;
+}
+
+void spdl_shm_stats(int64_t* out) {
+  char* base = atomic_load(&shm_base);
+  int64_t pending = 0;
+  pthread_mutex_lock(&pool_mu);
+  if (base != NULL) {
+    for (int64_t off = shm_pending; off >= 0; off = shm_at(base, off)->next) pending++;
+  }
+  out[0] = base == NULL ? 0 : (int64_t)shm_size;
+  out[1] = (int64_t)shm_bump;
+  out[2] = pending;
+  pthread_mutex_unlock(&pool_mu);
+  out[3] = atomic_load(&shm_lends);
+  out[4] = atomic_load(&shm_misses);
+}
+
+// A parent's mapping of a child's arena. It lives while the handle from
+// spdl_shm_map or any tensor over it does, so that tensors stay valid after
+// the child has exited.
+typedef struct {
+  atomic_llong refs;
+  char* base;
+  size_t size;
+} shm_map;
+
+void* spdl_shm_map(int fd, int64_t size, int* err) {
+  if (size < 4096 || fd < 0) {
+    *err = EINVAL;
+    return NULL;
+  }
+  shm_map* m = malloc(sizeof(*m));
+  if (m == NULL) {
+    *err = ENOMEM;
+    return NULL;
+  }
+  void* p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    *err = errno;
+    free(m);
+    return NULL;
+  }
+  atomic_init(&m->refs, 1);
+  m->base = p;
+  m->size = (size_t)size;
+  *err = 0;
+  return m;
+}
+
+static void shm_map_release(shm_map* m) {
+  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+  munmap(m->base, m->size);
+  free(m);
+}
+
+void spdl_shm_unmap(void* m) {
+  if (m != NULL) shm_map_release(m);
+}
+
+spdl_tensor* spdl_shm_tensor(void* map, int64_t hdr_off, int64_t data_off, int32_t ndim,
+                             const int64_t* shape, const int64_t* strides, uint8_t code,
+                             uint8_t bits, uint16_t lanes) {
+  shm_map* m = map;
+  size_t n;
+  if (m == NULL || !shape_bytes(ndim, shape, bits, lanes, &n)) return NULL;
+  if (hdr_off < 0 || hdr_off % 64 != 0 || (size_t)hdr_off + sizeof(shm_hdr) > m->size) return NULL;
+  shm_hdr* h = (shm_hdr*)(m->base + hdr_off);
+  int64_t start = hdr_off + (int64_t)sizeof(shm_hdr);
+  if (h->cap < 0 || (size_t)start + (size_t)h->cap > m->size) return NULL;
+  spdl_tensor* t = new_block(ndim);
+  if (t == NULL) return NULL;
+  t->dl.data = m->base + data_off;
+  t->dl.dtype.code = code;
+  t->dl.dtype.bits = bits;
+  t->dl.dtype.lanes = lanes;
+  if (ndim > 0) {
+    memcpy(t->dl.shape, shape, (size_t)ndim * sizeof(int64_t));
+    if (strides != NULL) {
+      memcpy(t->dl.strides, strides, (size_t)ndim * sizeof(int64_t));
+    } else {
+      set_compact_strides(t);
+    }
+  }
+  // Every element the view can reach lies within the buffer.
+  int64_t lo = 0, hi = 0, item = (int64_t)(bits / 8) * lanes;
+  for (int32_t i = 0; i < ndim && n > 0; i++) {
+    int64_t span = (shape[i] - 1) * t->dl.strides[i] * item;
+    if (span < 0) lo += span; else hi += span;
+  }
+  if (n > 0 && (data_off + lo < start || data_off + hi + item > start + h->cap)) {
+    drop_block(t);
+    return NULL;
+  }
+  t->owner = OWNER_SHM;
+  t->foreign = m;
+  t->buf = h;
+  atomic_fetch_add(&m->refs, 1);
+  return t;
+}
+
+// shm_return gives a lent buffer back to the child: the last use of a
+// parent's tensor.
+static void shm_return(spdl_tensor* t) {
+  shm_hdr* h = t->buf;
+  atomic_fetch_sub_explicit(&h->lent, 1, memory_order_acq_rel);
+  shm_map_release(t->foreign);
 }

@@ -88,6 +88,34 @@ SPDL_TENSOR_ABI void spdl_mem_set_pool_limit(int64_t bytes);
 /* Frees every cached buffer. Buffers in use are not affected. */
 SPDL_TENSOR_ABI void spdl_mem_trim(void);
 
+/* Shared-memory arena (spdl_go's pipelines in a subprocess). The child
+ * process calls spdl_shm_arena once, before its pipeline runs: from then on
+ * pooled buffers come from the memfd fd (size bytes, mapped shared) while it
+ * has room, and from malloc after. spdl_shm_lend marks t's buffer as lent to
+ * the parent and stores the offsets of its header and of t's first element
+ * in out; it returns 0 (and lends nothing) when t's buffer is not in the
+ * arena. The child's pool reuses a lent buffer only after the parent's
+ * tensor over it is gone. spdl_shm_arena returns 0 or an errno value.
+ *
+ * The parent maps the same memfd with spdl_shm_map (a handle, or NULL with
+ * *err set to an errno value) and makes tensors over lent buffers with spdl_shm_tensor (a
+ * new reference, or NULL if the offsets, shape or strides reach outside the
+ * buffer); their last reference returns the buffer to the child. A mapping
+ * lives until spdl_shm_unmap and every tensor over it are gone, so tensors
+ * outlive the child.
+ *
+ * spdl_shm_stats: out[0] arena bytes (0: none), out[1] bytes carved from it,
+ * out[2] buffers freed by the child but still lent, out[3] lends since
+ * start, out[4] allocations that found the arena full. */
+SPDL_TENSOR_ABI int spdl_shm_arena(int fd, int64_t size);
+SPDL_TENSOR_ABI int spdl_shm_lend(spdl_tensor* t, int64_t* out);
+SPDL_TENSOR_ABI void spdl_shm_stats(int64_t* out);
+SPDL_TENSOR_ABI void* spdl_shm_map(int fd, int64_t size, int* err);
+SPDL_TENSOR_ABI void spdl_shm_unmap(void* map);
+SPDL_TENSOR_ABI spdl_tensor* spdl_shm_tensor(void* map, int64_t hdr_off, int64_t data_off, int32_t ndim,
+                                             const int64_t* shape, const int64_t* strides, uint8_t code,
+                                             uint8_t bits, uint16_t lanes);
+
 /* ---- CUDA memory -----------------------------------------------------------
  *
  * libspdl does not link CUDA. core/cuda loads the runtime at run time and

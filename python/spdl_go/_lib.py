@@ -184,6 +184,10 @@ def _load() -> ctypes.CDLL:
 
 
 LIB = _load()
+# The process that loaded the library (and so started the Go runtime). A
+# process forked after that has a copy of the runtime without its threads,
+# which hangs at the first call into Go; pipelines in a subprocess check it.
+LOADED_PID = os.getpid()
 
 _ERR = POINTER(c_void_p)
 _SIGNATURES: dict[str, tuple[list, object]] = {
@@ -217,6 +221,25 @@ _SIGNATURES: dict[str, tuple[list, object]] = {
     "spdl_mem_stats": ([POINTER(c_void_p), _ERR], c_int),
     "spdl_mem_set_pool_limit": ([c_int64], None),
     "spdl_mem_trim": ([], None),
+    "spdl_shm_arena": ([c_int, c_int64], c_int),
+    "spdl_shm_lend": ([c_void_p, c_void_p], c_int),
+    "spdl_shm_stats": ([c_void_p], None),
+    "spdl_shm_map": ([c_int, c_int64, c_void_p], c_void_p),
+    "spdl_shm_unmap": ([c_void_p], None),
+    "spdl_shm_tensor": (
+        [
+            c_void_p,
+            c_int64,
+            c_int64,
+            ctypes.c_int32,
+            c_void_p,
+            c_void_p,
+            ctypes.c_uint8,
+            ctypes.c_uint8,
+            ctypes.c_uint16,
+        ],
+        c_void_p,
+    ),
     "spdl_tensor_note_stream": ([c_void_p, ctypes.c_ssize_t], None),
     "spdl_cuda_mem_stats": ([POINTER(c_void_p), _ERR], c_int),
     "spdl_cuda_mem_trim": ([], None),

@@ -18,7 +18,19 @@ import os
 import re
 import shutil
 import subprocess
-from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_ssize_t, c_uint64, c_void_p
+from ctypes import (
+    POINTER,
+    c_char_p,
+    c_int,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_ssize_t,
+    c_uint8,
+    c_uint16,
+    c_uint64,
+    c_void_p,
+)
 from pathlib import Path
 
 import pytest
@@ -34,7 +46,16 @@ TEST_ONLY = {"spdl_cudatest_install", "spdl_cudatest_count"}
 # The callback typedefs of spdl.h and the CFUNCTYPEs that _lib.py makes of them.
 CALLBACKS = {"spdl_call_fn": _lib.CALL_FN, "spdl_next_fn": _lib.NEXT_FN, "spdl_release_fn": _lib.RELEASE_FN}
 
-_SCALARS = {"int": c_int, "int64_t": c_int64, "uint64_t": c_uint64, "size_t": c_size_t, "intptr_t": c_ssize_t}
+_SCALARS = {
+    "int": c_int,
+    "int32_t": c_int32,
+    "int64_t": c_int64,
+    "uint8_t": c_uint8,
+    "uint16_t": c_uint16,
+    "uint64_t": c_uint64,
+    "size_t": c_size_t,
+    "intptr_t": c_ssize_t,
+}
 
 
 def _header_dir() -> Path:

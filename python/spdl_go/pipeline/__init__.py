@@ -22,6 +22,7 @@ from . import defs
 from ._build import build_pipeline
 from ._hooks import StageInfo, TaskHook, TaskPerfStats, TaskStatsHook
 from ._pipeline import Pipeline, PipelineError, PipelineFailure
+from ._subprocess import SubprocessIterable, iterate_in_subprocess, run_pipeline_in_subprocess
 
 __all__ = [
     "Bottleneck",
@@ -32,9 +33,12 @@ __all__ = [
     "PipelineStats",
     "StageInfo",
     "StageStats",
+    "SubprocessIterable",
     "TaskHook",
     "TaskPerfStats",
     "TaskStatsHook",
     "build_pipeline",
     "defs",
+    "iterate_in_subprocess",
+    "run_pipeline_in_subprocess",
 ]

@@ -1,0 +1,90 @@
+package tensor
+
+/*
+#include "tensor.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"unsafe"
+)
+
+// The shared-memory arena (tensor.h) lets a pipeline in a worker process
+// hand its batches to the parent without a copy: the worker's pool carves
+// buffers from a memfd the parent maps too, and a buffer lent to the parent
+// is reused only after the parent's tensor over it is gone. Python's
+// spdl_go.pipeline.iterate_in_subprocess drives it through the C ABI; these
+// are its Go handles.
+
+// UseSharedArena makes this process's pool take buffers from the memfd fd
+// (size bytes) while it has room. Once per process, before tensors are made.
+func UseSharedArena(fd int, size int64) error {
+	if rc := C.spdl_shm_arena(C.int(fd), C.int64_t(size)); rc != 0 {
+		return fmt.Errorf("tensor: shared arena: %w", syscall.Errno(rc))
+	}
+	return nil
+}
+
+// LendShared lends t's buffer to the other process: the offsets of its
+// header and of t's first element in the arena. ok is false, and nothing is
+// lent, when the buffer is not in the arena.
+func (t *Tensor) LendShared() (hdr, data int64, ok bool) {
+	var out [2]C.int64_t
+	if C.spdl_shm_lend(t.ptr(), &out[0]) == 0 {
+		return 0, 0, false
+	}
+	return int64(out[0]), int64(out[1]), true
+}
+
+// SharedArenaStats describes this process's arena.
+type SharedArenaStats struct {
+	Size, Carved, Pending, Lends, Misses int64
+}
+
+// SharedStats returns the arena's counters (all zero without one).
+func SharedStats() SharedArenaStats {
+	var out [5]C.int64_t
+	C.spdl_shm_stats(&out[0])
+	return SharedArenaStats{int64(out[0]), int64(out[1]), int64(out[2]), int64(out[3]), int64(out[4])}
+}
+
+// SharedMap is the other process's mapping of an arena.
+type SharedMap struct{ p unsafe.Pointer }
+
+// MapShared maps the arena in memfd fd.
+func MapShared(fd int, size int64) (*SharedMap, error) {
+	var e C.int
+	p := C.spdl_shm_map(C.int(fd), C.int64_t(size), &e)
+	if p == nil {
+		return nil, fmt.Errorf("tensor: mapping a shared arena: %w", syscall.Errno(e))
+	}
+	return &SharedMap{p: p}, nil
+}
+
+// Tensor makes a tensor over a lent buffer (the offsets LendShared gave).
+// Its Release gives the buffer back. It fails when the view reaches outside
+// the buffer.
+func (m *SharedMap) Tensor(hdr, data int64, dt DType, shape, strides []int64) (*Tensor, error) {
+	if len(strides) != len(shape) {
+		return nil, errors.New("tensor: shape and strides differ in length")
+	}
+	var sp, st *C.int64_t
+	if len(shape) > 0 {
+		sp, st = (*C.int64_t)(unsafe.Pointer(&shape[0])), (*C.int64_t)(unsafe.Pointer(&strides[0]))
+	}
+	p := C.spdl_shm_tensor(m.p, C.int64_t(hdr), C.int64_t(data), C.int32_t(len(shape)), sp, st,
+		C.uint8_t(dt.Code), C.uint8_t(dt.Bits), C.uint16_t(dt.Lanes))
+	if p == nil {
+		return nil, fmt.Errorf("tensor: a shared view at %d (header %d) of %v %v strides %v lies outside its buffer", data, hdr, dt, shape, strides)
+	}
+	return wrap(p), nil
+}
+
+// Close drops the mapping's handle; tensors over it keep it mapped.
+func (m *SharedMap) Close() {
+	C.spdl_shm_unmap(m.p)
+	m.p = nil
+}

@@ -1,0 +1,764 @@
+"""Pipelines in a worker subprocess: SPDL's ``iterate_in_subprocess`` and
+``run_pipeline_in_subprocess``, with tensors crossing without a copy.
+
+The parent makes a memfd (anonymous shared memory: it has no name to leak,
+and is gone once both processes have closed and unmapped it) and hands it to
+the child, whose engine then allocates its tensor buffers there
+(``spdl_shm_arena``). A tensor in an item is pickled as the offsets of its
+buffer (``spdl_shm_lend``), and the parent makes a tensor over the same pages
+(``spdl_shm_tensor``); its last reference, dropped on any thread, gives the
+buffer back to the child through a counter in the shared memory. Everything
+else in an item is pickled as usual.
+
+Messages go over a socket pair, a tag byte and a payload each way. The child
+keeps at most ``buffer_size`` items ahead of the parent: the parent sends a
+credit for each item it hands out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import logging
+import multiprocessing
+import multiprocessing.connection
+import multiprocessing.reduction
+import os
+import pickle
+import random
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from ctypes import c_int64
+from fractions import Fraction
+from typing import Any, TypeVar
+
+from .. import _lib
+from .._buffers import ArrowArray, Tensor
+
+__all__ = ["iterate_in_subprocess", "run_pipeline_in_subprocess"]
+
+T = TypeVar("T")
+
+_logger = logging.getLogger("spdl_go")
+
+# 4 GiB of address space: a memfd uses memory only for pages written, and
+# the pool reuses buffers, so this bounds the batches in flight, not a cost.
+_DEFAULT_SHM_BYTES = 4 << 30
+
+# Parent -> child commands.
+_START, _STOP, _ABORT, _CREDIT, _STATS = b"start", b"stop", b"abort", b"c", b"stats"
+# Child -> parent tags (first byte).
+_READY, _INIT_FAILED, _STARTED, _ITEM, _FINISHED, _FAILED, _UNEXPECTED, _STATS_REPLY = (
+    b"R",
+    b"I",
+    b"S",
+    b"D",
+    b"F",
+    b"E",
+    b"U",
+    b"T",
+)
+_GRACE = 1.0  # seconds to read a dead child's last messages
+
+
+# ---- child ------------------------------------------------------------------
+
+
+class _Lender(pickle.Pickler):
+    """Pickles an item, lending the buffers of its arena tensors to the
+    parent; tensors outside the arena (it was full) are copied."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        if type(obj) is Tensor:
+            if not obj._ptr:
+                raise ValueError("spdl_go: an item holds a released Tensor")
+            if obj.device != "cpu":
+                raise ValueError(
+                    f"spdl_go: an item holds a tensor on {obj.device}; only CPU tensors cross to the parent process "
+                    "(move data to the GPU in the parent)"
+                )
+            v = obj._view()
+            shape = tuple(v.shape[i] for i in range(v.ndim))
+            strides = tuple(v.strides[i] for i in range(v.ndim))
+            out = (c_int64 * 2)()
+            if _lib.LIB.spdl_shm_lend(obj._ptr, out):
+                return ("t", out[0], out[1], shape, strides, v.dtype.code, v.dtype.bits, v.dtype.lanes)
+            import numpy
+
+            return ("n", numpy.ascontiguousarray(numpy.from_dlpack(obj)))
+        if type(obj) is ArrowArray:
+            import pyarrow
+
+            return ("a", pyarrow.array(obj))  # pickled by value (a copy)
+        return None
+
+
+def _dumps(item: Any) -> bytes:
+    f = io.BytesIO()
+    _Lender(f, pickle.HIGHEST_PROTOCOL).dump(item)
+    return f.getvalue()
+
+
+def _failure_payload(e: BaseException, prefix: str) -> bytes:
+    """The child's error for the parent: its message, and the exceptions
+    themselves where they pickle (a PipelineFailure's stage errors, each
+    with its stage)."""
+    from ._pipeline import PipelineFailure
+
+    errors: list[tuple[str, BaseException]] = []
+    if isinstance(e, PipelineFailure):
+        for exc in e.exceptions:
+            notes = list(getattr(exc, "__notes__", []))
+            stage = next((n[len("Pipeline stage: ") :] for n in notes if n.startswith("Pipeline stage: ")), "")
+            errors.append((stage, exc))
+    else:
+        errors.append(("", e))
+    sent: list[tuple[str, Any, str]] = []
+    for stage, err in errors:
+        if stage and hasattr(err, "__notes__"):
+            err.__notes__ = [n for n in err.__notes__ if n != f"Pipeline stage: {stage}"]
+        try:
+            blob = pickle.dumps(err, pickle.HIGHEST_PROTOCOL)
+            pickle.loads(blob)
+        except Exception:  # noqa: BLE001  (an exception that does not pickle crosses as its text)
+            blob = None
+        sent.append((stage, blob, f"{type(err).__name__}: {err}"))
+    return pickle.dumps((f"{prefix}{e}", isinstance(e, PipelineFailure), sent))
+
+
+def _watch_parent(pid: int) -> None:
+    """Ends this worker when the parent process ends, even by SIGKILL,
+    rather than at its next message. A pidfd follows the parent itself
+    (PR_SET_PDEATHSIG would follow the thread that started the worker, and
+    under forkserver the parent is the server)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (OSError, AttributeError):  # no pidfd (Linux < 5.3): poll
+        start = os.getppid()
+
+        def poll() -> None:
+            while os.getppid() == start:
+                time.sleep(0.2)
+            os._exit(1)
+
+        threading.Thread(target=poll, daemon=True, name="spdl-go-parent-watch").start()
+        return
+
+    def wait() -> None:
+        select.select([fd], [], [])
+        os._exit(1)
+
+    threading.Thread(target=wait, daemon=True, name="spdl-go-parent-watch").start()
+
+
+def _child_main(
+    parent_pid: int,
+    conn: multiprocessing.connection.Connection,
+    shm: Any,
+    shm_bytes: int,
+    fn: Callable[[], Iterable[Any]],
+    initializers: Sequence[Callable[[], None]],
+    buffer_size: int,
+) -> None:
+    _watch_parent(parent_pid)
+    try:
+        if _lib.LOADED_PID != os.getpid():
+            raise RuntimeError(
+                "spdl-go's library was loaded before this process was forked (the Go runtime does not survive "
+                "fork): with mp_context='forkserver', the fork server imported spdl_go (it preloads __main__); "
+                "use mp_context='spawn', or multiprocessing.set_forkserver_preload([]) before the first process"
+            )
+        if shm is not None:
+            fd = shm.detach()
+            rc = _lib.LIB.spdl_shm_arena(fd, shm_bytes)
+            os.close(fd)  # the mapping keeps the memory
+            if rc:
+                raise OSError(rc, f"spdl_go: mapping the shared memory for batches: {os.strerror(rc)}")
+        for init in initializers:
+            init()
+    except Exception as e:  # noqa: BLE001  (reported to the parent)
+        conn.send_bytes(_INIT_FAILED + f"Initializer failed: {type(e).__name__}: {e}".encode())
+        return
+    try:
+        iterable = fn()
+    except Exception as e:  # noqa: BLE001
+        conn.send_bytes(_INIT_FAILED + f"Failed to create the iterable: {type(e).__name__}: {e}".encode())
+        return
+    conn.send_bytes(_READY)
+    try:
+        _serve(conn, iterable, buffer_size)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the parent is gone
+
+
+def _reply_stats(conn: multiprocessing.connection.Connection, iterable: Any) -> None:
+    get = getattr(iterable, "_stats", None)
+    stats = get() if get is not None else None
+    conn.send_bytes(_STATS_REPLY + pickle.dumps(stats))
+
+
+def _serve(conn: multiprocessing.connection.Connection, iterable: Iterable[Any], buffer_size: int) -> None:
+    while True:  # stand-by: wait for an epoch
+        cmd = conn.recv_bytes()
+        if cmd in (_STOP, _CREDIT):
+            continue  # credits for the last epoch's items; a stop with none running
+        if cmd == _ABORT:
+            return
+        if cmd == _STATS:
+            _reply_stats(conn, iterable)
+            continue
+        if cmd != _START:
+            conn.send_bytes(_UNEXPECTED + cmd)
+            return
+        conn.send_bytes(_STARTED)
+        try:
+            it = iter(iterable)
+        except Exception as e:  # noqa: BLE001
+            conn.send_bytes(_FAILED + _failure_payload(e, "Failed to create the iterator: "))
+            return
+        credits = buffer_size
+        while True:
+            stop = False
+            while credits == 0 or conn.poll(0):
+                cmd = conn.recv_bytes()
+                if cmd == _CREDIT:
+                    credits += 1
+                elif cmd == _STATS:
+                    _reply_stats(conn, iterable)
+                elif cmd == _STOP:
+                    stop = True
+                    break
+                elif cmd == _ABORT:
+                    return
+                else:
+                    conn.send_bytes(_UNEXPECTED + cmd)
+                    return
+            if stop:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+                conn.send_bytes(_FINISHED)
+                break
+            try:
+                item = next(it)
+            except StopIteration:
+                conn.send_bytes(_FINISHED)
+                break
+            except Exception as e:  # noqa: BLE001
+                conn.send_bytes(_FAILED + _failure_payload(e, "Failed to fetch the next item: "))
+                return
+            try:
+                payload = _dumps(item)
+            except Exception as e:  # noqa: BLE001
+                conn.send_bytes(_FAILED + _failure_payload(e, "Failed to send the next item to the parent: "))
+                return
+            del item
+            conn.send_bytes(_ITEM + payload)
+            credits -= 1
+
+
+# ---- parent -----------------------------------------------------------------
+
+
+class _Borrower(pickle.Unpickler):
+    """Unpickles an item, making tensors over the buffers the child lent."""
+
+    def __init__(self, data: bytes, shm_map: int | None) -> None:
+        super().__init__(io.BytesIO(data))
+        self._map = shm_map
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind = pid[0]
+        if kind == "t":
+            _, hdr, off, shape, strides, code, bits, lanes = pid
+            n = len(shape)
+            ptr = _lib.LIB.spdl_shm_tensor(
+                self._map, hdr, off, n, (c_int64 * n)(*shape), (c_int64 * n)(*strides), code, bits, lanes
+            )
+            if not ptr:
+                raise RuntimeError(
+                    f"spdl_go: a tensor from the worker subprocess lies outside its shared memory: {pid!r}"
+                )
+            return Tensor._adopt(ptr)
+        if kind in ("n", "a"):
+            return pid[1]
+        raise pickle.UnpicklingError(f"spdl_go: unknown persistent id {kind!r}")
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "it did not exit"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _remote_error(payload: bytes) -> BaseException:
+    from ._pipeline import PipelineFailure
+
+    message, is_failure, sent = pickle.loads(payload)
+    excs: list[tuple[str, BaseException]] = []
+    for stage, blob, text in sent:
+        exc: BaseException | None = None
+        if blob is not None:
+            try:
+                exc = pickle.loads(blob)
+            except Exception:  # noqa: BLE001  (e.g. a class only the child can import)
+                exc = None
+        excs.append((stage, exc if exc is not None else RuntimeError(text)))
+    err = RuntimeError(f"The worker subprocess quit. {message}")
+    if is_failure and excs and all(isinstance(e, Exception) for _, e in excs):
+        err.__cause__ = PipelineFailure([(s, e) for s, e in excs])  # type: ignore[misc]
+    elif excs:
+        err.__cause__ = excs[0][1]
+    return err
+
+
+class _Worker:
+    """The parent's end: the child process, its socket and the mapping."""
+
+    def __init__(
+        self,
+        fn: Callable[[], Iterable[Any]],
+        initializers: Sequence[Callable[[], None]],
+        buffer_size: int,
+        mp_context: str | None,
+        timeout: float,
+        daemon: bool,
+        shm_bytes: int,
+    ) -> None:
+        self.timeout = timeout
+        self.map: int | None = None
+        self.closed = False
+        self.lock = threading.Lock()
+        self.pending: list[bytes] = []  # messages read while waiting for another kind
+        ctx = multiprocessing.get_context(mp_context)
+        parent, child = multiprocessing.Pipe(duplex=True)
+        self.conn = parent
+        fd = -1
+        shm = None
+        try:
+            if shm_bytes > 0:
+                fd = os.memfd_create("spdl-go-batches", os.MFD_CLOEXEC)
+                os.ftruncate(fd, shm_bytes)
+                err = ctypes.c_int()
+                m = _lib.LIB.spdl_shm_map(fd, shm_bytes, ctypes.byref(err))
+                if not m:
+                    raise OSError(err.value, f"spdl_go: mapping shared memory for batches: {os.strerror(err.value)}")
+                self.map = m
+                shm = multiprocessing.reduction.DupFd(fd)
+            self.proc = ctx.Process(  # type: ignore[attr-defined]
+                target=_child_main,
+                args=(os.getpid(), child, shm, shm_bytes, fn, list(initializers), buffer_size),
+                daemon=daemon,
+                name="spdl-go-worker",
+            )
+            try:
+                self.proc.start()
+            except (pickle.PicklingError, TypeError, AttributeError) as e:
+                raise ValueError(
+                    f"spdl_go: the worker subprocess needs the function and initializers pickled "
+                    f"(mp_context={ctx.get_start_method()!r}): {e}"
+                ) from e
+        except BaseException:
+            if self.map:
+                _lib.LIB.spdl_shm_unmap(self.map)
+                self.map = None
+            parent.close()
+            raise
+        finally:
+            child.close()
+            if fd >= 0:
+                os.close(fd)  # the child has its own; the mapping keeps ours
+
+    def recv(self, what: str) -> bytes:
+        """The next message; raises if none comes within the timeout or the
+        child dies."""
+        if self.pending:
+            return self.pending.pop(0)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                if self.conn.poll(min(0.1, max(0.0, deadline - time.monotonic()))):
+                    return self.conn.recv_bytes()
+            except (EOFError, OSError):
+                break
+            if not self.proc.is_alive():
+                # Read what it wrote before it died.
+                end = time.monotonic() + _GRACE
+                try:
+                    while time.monotonic() < end:
+                        if self.conn.poll(0.05):
+                            return self.conn.recv_bytes()
+                        break
+                except (EOFError, OSError):
+                    pass
+                break
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"The worker subprocess did not {what} for {self.timeout:.2f} seconds.")
+        self.proc.join(_GRACE)
+        raise RuntimeError(f"The worker subprocess exited unexpectedly ({_exit_text(self.proc.exitcode)}).")
+
+    def send(self, cmd: bytes) -> None:
+        try:
+            self.conn.send_bytes(cmd)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass  # a dead child is reported by the next recv
+
+    def item(self, payload: bytes) -> Any:
+        return _Borrower(payload, self.map).load()
+
+    def terminate(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.proc.is_alive():
+            self.send(_ABORT)
+            self.proc.join(3)
+            if self.proc.is_alive():
+                _logger.warning("spdl_go: terminating the worker subprocess")
+                self.proc.terminate()
+                self.proc.join(10)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join(10)
+        if not self.proc.is_alive():
+            self.proc.close()  # its sentinel pipe
+        # Items still in the socket hold lent buffers; the child is gone, so
+        # nothing needs them back.
+        self.conn.close()
+        if self.map:
+            _lib.LIB.spdl_shm_unmap(self.map)  # tensors the user holds keep the pages
+            self.map = None
+
+
+class SubprocessIterable(Iterable[T]):
+    """What ``iterate_in_subprocess`` returns: each ``iter()`` runs one epoch
+    in the same worker process (SPDL's semantics), and a ``for`` loop left
+    early leaves it ready for the next. ``close()`` (or leaving a ``with``
+    block, or garbage collection) stops the worker."""
+
+    def __init__(self, worker: _Worker) -> None:
+        self._worker: _Worker | None = worker
+        self._finalizer = multiprocessing.util.Finalize(self, worker.terminate, exitpriority=10)
+
+    def __iter__(self) -> Iterator[T]:
+        w = self._worker
+        if w is None:
+            raise RuntimeError("The worker process is shutdown. Cannot iterate again.")
+        return self._epoch(w)
+
+    def _epoch(self, w: _Worker) -> Iterator[T]:
+        with w.lock:
+            self._enter(w)
+        try:
+            while True:
+                with w.lock:
+                    msg = w.recv("produce any data")
+                    tag, body = msg[:1], msg[1:]
+                    if tag == _ITEM:
+                        item = w.item(body)
+                        w.send(_CREDIT)
+                    elif tag == _FINISHED:
+                        return
+                    elif tag == _FAILED:
+                        raise _remote_error(body)
+                    else:
+                        raise RuntimeError(f"[INTERNAL ERROR] spdl_go: the worker subprocess sent {msg[:64]!r}")
+                yield item
+                del item
+        except GeneratorExit:
+            return  # left early: the next epoch stops this one
+        except BaseException:
+            self._shutdown()
+            raise
+
+    def _enter(self, w: _Worker) -> None:
+        w.send(_STOP)
+        w.send(_START)
+        while True:
+            msg = w.recv("start an epoch")
+            tag = msg[:1]
+            if tag == _STARTED:
+                return
+            if tag == _ITEM:
+                w.item(msg[1:])  # the last epoch's: unpickled and dropped, it gives back its buffers
+            elif tag in (_FINISHED, _STATS_REPLY):
+                continue
+            elif tag == _FAILED:
+                err = _remote_error(msg[1:])
+                self._shutdown()
+                raise err
+            else:
+                self._shutdown()
+                raise RuntimeError(
+                    "The worker subprocess was not in the stand-by mode. Please make sure that the previous "
+                    f"iterator was exhausted before iterating again. ({msg[:64]!r})"
+                )
+
+    def stats(self) -> Any:
+        """The worker's pipeline's ``PipelineStats`` (``run_pipeline_in_subprocess``;
+        None before the first epoch, and for ``iterate_in_subprocess``)."""
+        w = self._worker
+        if w is None:
+            raise RuntimeError("The worker process is shutdown.")
+        with w.lock:
+            w.send(_STATS)
+            held: list[bytes] = []
+            while True:
+                msg = w.recv("answer")
+                if msg[:1] == _STATS_REPLY:
+                    w.pending = held + w.pending
+                    return pickle.loads(msg[1:])
+                held.append(msg)
+
+    def _shutdown(self) -> None:
+        w, self._worker = self._worker, None
+        if w is not None:
+            self._finalizer()
+
+    def close(self) -> None:
+        """Stops the worker process. Tensors already received stay valid."""
+        self._shutdown()
+
+    def __enter__(self) -> SubprocessIterable[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _initializers(initializer: Callable[[], None] | Sequence[Callable[[], None]] | None) -> list[Callable[[], None]]:
+    if initializer is None:
+        return []
+    if callable(initializer):
+        return [initializer]
+    return list(initializer)
+
+
+def iterate_in_subprocess(
+    fn: Callable[[], Iterable[T]],
+    *,
+    buffer_size: int = 3,
+    initializer: Callable[[], None] | Sequence[Callable[[], None]] | None = None,
+    mp_context: str | None = None,
+    timeout: float | None = None,
+    daemon: bool = False,
+    shm_bytes: int = _DEFAULT_SHM_BYTES,
+) -> SubprocessIterable[T]:
+    """Iterates over ``fn()`` in a worker process, as SPDL's function of the
+    same name: the worker starts once (this call returns when ``fn()`` has
+    returned there), and each ``iter()`` of the result runs one epoch of the
+    same iterable, which must therefore be re-iterable (a generator gives
+    one epoch, then none).
+
+    spdl-go tensors in the items cross without a copy: the worker's engine
+    allocates them in shared memory, and the parent's tensor reads the same
+    pages; dropping it gives the buffer back. The rest of an item is
+    pickled.
+
+    Args:
+        fn: Called once in the worker, with no arguments, after the
+            initializers; returns the iterable. Pickled to reach the worker
+            (``functools.partial`` binds arguments).
+        buffer_size: Items the worker may produce ahead of the parent.
+        initializer: A callable, or several, run in the worker before ``fn``.
+        mp_context: "spawn" (the default, None) or "forkserver". Not "fork":
+            the Go runtime does not survive it.
+        timeout: Seconds to wait for the worker to start, or between two
+            items; None waits for ever.
+        daemon: Make the worker a daemon process (for debugging).
+        shm_bytes: Address space of the shared memory for tensors (memory is
+            used only for pages written; 0: tensors are copied). spdl-go's
+            own argument.
+
+    Raises:
+        ValueError: a bad argument, or ``fn`` does not pickle.
+        RuntimeError: the worker failed to start ("The worker subprocess
+            quit. ..."), or, while iterating, ``fn()``'s iterator raised
+            (with the worker's exception, or the ``PipelineFailure`` of a
+            pipeline, as its ``__cause__``), the worker died (naming its
+            exit status) or was silent past ``timeout``.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, not {type(fn).__name__}")
+    if not isinstance(buffer_size, int) or buffer_size < 1:
+        raise ValueError(f"buffer_size must be a positive integer, not {buffer_size!r}")
+    if mp_context is None:
+        mp_context = "spawn"
+    if mp_context not in ("spawn", "forkserver"):
+        raise ValueError(
+            f"mp_context must be 'spawn' or 'forkserver', not {mp_context!r}: the Go runtime in a forked process "
+            "has lost its threads"
+        )
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be positive or None, not {timeout!r}")
+    if not isinstance(shm_bytes, int) or shm_bytes < 0 or 0 < shm_bytes < (1 << 20):
+        raise ValueError(f"shm_bytes must be 0 or at least 1 MiB, not {shm_bytes!r}")
+    inits = _initializers(initializer)
+    for i in inits:
+        if not callable(i):
+            raise ValueError(f"initializer must be callable, not {type(i).__name__}")
+    worker = _Worker(
+        fn, inits, buffer_size, mp_context, float("inf") if timeout is None else timeout, daemon, shm_bytes
+    )
+    try:
+        msg = worker.recv("initialize")
+    except BaseException:
+        worker.terminate()
+        raise
+    if msg[:1] != _READY:
+        worker.terminate()
+        text = msg[1:].decode(errors="replace") if msg[:1] == _INIT_FAILED else repr(msg[:64])
+        raise RuntimeError(f"The worker subprocess quit. {text}")
+    return SubprocessIterable(worker)
+
+
+# ---- run_pipeline_in_subprocess ---------------------------------------------
+
+
+def _capture_rng() -> dict[str, Any]:
+    """The parent's random states, as SPDL copies them: random's always,
+    numpy's global and torch's CPU generator when already imported."""
+    state: dict[str, Any] = {"random": random.getstate()}
+    if "numpy" in sys.modules:
+        import numpy
+
+        state["numpy"] = numpy.random.get_state()
+    if "torch" in sys.modules:
+        import torch
+
+        state["torch"] = torch.get_rng_state()
+    return state
+
+
+class _RestoreRNG:
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def __call__(self) -> None:
+        random.setstate(self.state["random"])
+        if "numpy" in self.state:
+            import numpy
+
+            numpy.random.set_state(self.state["numpy"])
+        if "torch" in self.state:
+            import torch
+
+            torch.set_rng_state(self.state["torch"])
+
+
+class _PipelineEpochs:
+    """Built in the worker: a fresh pipeline per epoch (SPDL's semantics)."""
+
+    def __init__(self, config: Any, build_args: dict[str, Any]) -> None:
+        self.config, self.build_args = config, build_args
+        self.pipeline: Any = None
+
+    def __iter__(self) -> Iterator[Any]:
+        from ._build import build_pipeline
+
+        self.pipeline = build_pipeline(self.config, **self.build_args)
+        with self.pipeline.auto_stop():
+            yield from self.pipeline
+
+    def _stats(self) -> Any:
+        return None if self.pipeline is None else self.pipeline.stats()
+
+
+def run_pipeline_in_subprocess(
+    config_or_builder: Any,
+    /,
+    *,
+    num_threads: int,
+    max_failures: int | Fraction = -1,
+    report_stats_interval: float = -1,
+    queue_size: int | None = None,
+    cpu_budget: int | None = None,
+    **kwargs: Any,
+) -> SubprocessIterable[Any]:
+    """Builds and runs the pipeline in a worker process, as SPDL's function
+    of the same name: each ``iter()`` of the result runs one epoch, a fresh
+    pipeline in the same worker; batches reach the parent through
+    ``iterate_in_subprocess`` (tensors without a copy). The parent's
+    ``random`` state (and numpy's and torch's, when imported) is copied to
+    the worker once, before it starts. ``stats()`` of the result gives the
+    worker pipeline's ``PipelineStats``.
+
+    Args:
+        config_or_builder: A ``PipelineConfig`` (``builder.get_config()``);
+            a ``PipelineBuilder`` works too, with a deprecation warning, as
+            in SPDL. Pickled to reach the worker: its Python callables must
+            be importable functions or objects (not lambdas or closures).
+        num_threads, max_failures, report_stats_interval, queue_size,
+        cpu_budget: As for ``build_pipeline``, in the worker.
+        kwargs: ``iterate_in_subprocess``'s arguments (``buffer_size``,
+            ``initializer`` (run after the random states are restored),
+            ``mp_context``, ``timeout``, ``daemon``, ``shm_bytes``).
+
+    Raises:
+        ValueError: the config does not pickle (naming the stage that does
+            not), or a bad argument.
+        RuntimeError: as ``iterate_in_subprocess``; a pipeline failure has
+            the worker's ``PipelineFailure`` as its ``__cause__``.
+    """
+    from ..builder import PipelineBuilder
+
+    config = config_or_builder
+    if isinstance(config, PipelineBuilder):
+        import warnings
+
+        warnings.warn(
+            "Passing a PipelineBuilder to run_pipeline_in_subprocess is deprecated. Please call `get_config()` "
+            "and pass the PipelineConfig.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        config = config.get_config()
+    for key in ("queue_class", "task_hook_factory", "background_tasks", "use_thread_output_queue"):
+        if kwargs.get(key) not in (None, False):
+            raise ValueError(f"run_pipeline_in_subprocess: {key} is not supported by spdl-go")
+        kwargs.pop(key, None)
+    _check_pickles(config)
+    build_args = {
+        "num_threads": num_threads,
+        "max_failures": max_failures,
+        "report_stats_interval": report_stats_interval,
+        "queue_size": queue_size,
+        "cpu_budget": cpu_budget,
+    }
+    inits = [_RestoreRNG(_capture_rng())] + _initializers(kwargs.pop("initializer", None))
+    import functools
+
+    return iterate_in_subprocess(functools.partial(_PipelineEpochs, config, build_args), initializer=inits, **kwargs)
+
+
+def _check_pickles(config: Any) -> None:
+    """A config that cannot reach the worker fails here, naming its part."""
+    try:
+        pickle.dumps(config)
+        return
+    except Exception as whole:  # noqa: BLE001
+        parts = [("the source", getattr(config, "src", None))]
+        for i, stage in enumerate(getattr(config, "pipes", ()) or ()):
+            parts.append((f"stage {i} ({getattr(stage, 'name', type(stage).__name__)})", stage))
+        for where, part in parts:
+            try:
+                pickle.dumps(part)
+            except Exception as e:  # noqa: BLE001
+                raise ValueError(
+                    f"run_pipeline_in_subprocess: {where} cannot be sent to the worker process (it is pickled): {e}. "
+                    "Use importable functions (not lambdas or closures)."
+                ) from e
+        raise ValueError(
+            f"run_pipeline_in_subprocess: the pipeline cannot be sent to the worker process: {whole}"
+        ) from whole

@@ -1,0 +1,135 @@
+"""Functions the subprocess tests run in the worker process: importable by
+name, as a spawned worker needs them."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from spdl_go import ops
+from spdl_go.pipeline import PipelineBuilder
+
+
+def shm_stats() -> dict[str, int]:
+    """This process's shared-memory arena (spdl_shm_stats)."""
+    from spdl_go import _lib
+
+    out = (ctypes.c_int64 * 5)()
+    _lib.LIB.spdl_shm_stats(out)
+    return dict(zip(("size", "carved", "pending", "lends", "misses"), out, strict=True))
+
+
+def numbers() -> list[Any]:
+    return [1, "two", {"three": 3.0}]
+
+
+def one_shot() -> Iterator[int]:
+    yield from range(3)
+
+
+def pid_per_item() -> Any:
+    return _Pids()
+
+
+class _Pids:
+    def __iter__(self) -> Iterator[int]:
+        for _ in range(3):
+            yield os.getpid()
+
+
+def fill(i: int) -> np.ndarray:
+    return np.full((64, 64, 4), i % 251, dtype=np.uint8)
+
+
+class Batches:
+    """Epochs of batches of (n, 64, 64, 4) uint8 made by a pipeline in the
+    worker (collate: one tensor per batch), then the arena's statistics."""
+
+    def __init__(self, batches: int = 8, n: int = 4, stats: bool = True) -> None:
+        self.batches, self.n, self.stats = batches, n, stats
+
+    def __iter__(self) -> Iterator[Any]:
+        p = (
+            PipelineBuilder()
+            .add_source(range(self.batches * self.n))
+            .pipe(fill)
+            .aggregate(self.n)
+            .pipe(ops.collate())
+            .add_sink(2)
+            .build(num_threads=2)
+        )
+        with p.auto_stop():
+            for b in p:
+                yield {"images": b, "pid": os.getpid()}
+        if self.stats:
+            yield shm_stats()
+
+
+def batches() -> Batches:
+    return Batches()
+
+
+def unlimited_batches() -> Batches:
+    return Batches(batches=10_000, stats=False)
+
+
+class FailsAt:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Iterator[int]:
+        for i in range(10):
+            if i == self.n:
+                raise KeyError(f"item {i} is missing")
+            yield i
+
+
+def fails_at_2() -> FailsAt:
+    return FailsAt(2)
+
+
+def raises() -> Any:
+    raise ZeroDivisionError("no iterable today")
+
+
+def failing_initializer() -> None:
+    raise OSError("cannot open the dataset")
+
+
+def set_marker() -> None:
+    os.environ["SPDL_GO_TEST_MARKER"] = "set"
+
+
+def marker() -> list[str]:
+    return [os.environ.get("SPDL_GO_TEST_MARKER", "")]
+
+
+class Slow:
+    def __iter__(self) -> Iterator[int]:
+        yield 1
+        time.sleep(30)
+        yield 2
+
+
+def slow() -> Slow:
+    return Slow()
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def fail_on_3(x: int) -> int:
+    if x == 3:
+        raise ValueError(f"bad item {x}")
+    return x
+
+
+def rand(x: int) -> float:
+    return random.random()

@@ -1,0 +1,269 @@
+"""Pipelines in a worker process (SPDL's iterate_in_subprocess and
+run_pipeline_in_subprocess): epochs, failures, a dying worker or parent, and
+tensors that cross through shared memory without a copy or a leak."""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import subprocess_fns as fns
+
+from spdl_go.pipeline import PipelineBuilder, PipelineFailure, iterate_in_subprocess, run_pipeline_in_subprocess
+
+HERE = Path(__file__).resolve().parent
+
+
+def _memfd_maps() -> int:
+    with open("/proc/self/maps") as f:
+        return sum("spdl-go-batches" in line for line in f)
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _in_shared_memory(addr: int) -> bool:
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "spdl-go-batches" in line:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if lo <= addr < hi:
+                    return True
+    return False
+
+
+def test_epochs_reuse_one_worker():
+    with iterate_in_subprocess(fns.numbers) as it:
+        assert list(it) == [1, "two", {"three": 3.0}]
+        assert list(it) == [1, "two", {"three": 3.0}]
+    with iterate_in_subprocess(fns.pid_per_item) as it:
+        pids = list(it) + list(it)
+    assert len(set(pids)) == 1 and pids[0] != os.getpid()
+
+
+def test_a_generator_gives_one_epoch():
+    # As in SPDL: fn() is called once; iter() of a generator is itself.
+    with iterate_in_subprocess(fns.one_shot) as it:
+        assert list(it) == [0, 1, 2]
+        assert list(it) == []
+
+
+def test_leaving_an_epoch_early_then_a_full_one():
+    with iterate_in_subprocess(fns.batches, buffer_size=2) as it:
+        for i, _b in enumerate(it):
+            if i == 2:
+                break
+        full = list(it)
+        assert len(full) == 9  # 8 batches, then the arena's statistics
+        assert [int(np.from_dlpack(b["images"])[0, 0, 0, 0]) for b in full[:8]] == [i * 4 for i in range(8)]
+        del full, _b
+        gc.collect()
+
+
+def test_tensors_cross_without_a_copy_and_come_back():
+    """Batches live in the shared memory; dropped, their buffers return to
+    the worker's pool, so three epochs carve no more than one; a tensor held
+    over later epochs keeps its content."""
+    with iterate_in_subprocess(fns.batches, buffer_size=2) as it:
+        epochs = []
+        held = None
+        for e in range(3):
+            items = list(it)
+            stats = items.pop()
+            epochs.append(stats)
+            for b in items:
+                t = b["images"]
+                assert t.shape == (4, 64, 64, 4) and t.dtype == "uint8"
+                assert _in_shared_memory(t.data_ptr), "the batch was copied, not shared"
+            if e == 0:
+                held = items[3]["images"]
+                want = np.from_dlpack(held).copy()
+            del items, b, t
+            gc.collect()
+        assert np.array_equal(np.from_dlpack(held), want), "a lent buffer was reused while the parent held it"
+    assert all(s["lends"] > 0 and s["misses"] == 0 for s in epochs), epochs
+    # Later epochs reuse buffers the parent gave back (the pipeline's own
+    # prefetch differs a little between epochs).
+    assert epochs[2]["carved"] <= epochs[0]["carved"] + 4 * (64 << 10), epochs
+    del held
+    gc.collect()
+
+
+def test_copy_when_shared_memory_is_off():
+    with iterate_in_subprocess(fns.batches, shm_bytes=0) as it:
+        items = list(it)
+    stats = items.pop()
+    assert stats["size"] == 0 and stats["lends"] == 0
+    a = items[5]["images"]
+    assert np.from_dlpack(a).shape == (4, 64, 64, 4) and int(np.from_dlpack(a)[0, 0, 0, 0]) == 20
+
+
+def test_initializers_and_their_failures():
+    with iterate_in_subprocess(fns.marker, initializer=fns.set_marker) as it:
+        assert list(it) == ["set"]
+    with pytest.raises(RuntimeError, match=r"The worker subprocess quit\. Initializer failed: OSError: cannot open"):
+        iterate_in_subprocess(fns.marker, initializer=[fns.set_marker, fns.failing_initializer])
+    with pytest.raises(RuntimeError, match=r"quit\. Failed to create the iterable: ZeroDivisionError: no iterable"):
+        iterate_in_subprocess(fns.raises)
+
+
+def test_a_failing_iterator_ends_the_worker():
+    it = iterate_in_subprocess(fns.fails_at_2)
+    got = []
+    with pytest.raises(RuntimeError, match=r"The worker subprocess quit\. Failed to fetch the next item: 'item 2") as e:
+        for x in it:
+            got.append(x)
+    assert got == [0, 1]
+    assert isinstance(e.value.__cause__, KeyError)
+    with pytest.raises(RuntimeError, match="Cannot iterate again"):
+        iter(it)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="'fork'"):
+        iterate_in_subprocess(fns.numbers, mp_context="fork")
+    with pytest.raises(ValueError, match="buffer_size"):
+        iterate_in_subprocess(fns.numbers, buffer_size=0)
+    with pytest.raises(ValueError, match="shm_bytes"):
+        iterate_in_subprocess(fns.numbers, shm_bytes=100)
+    with pytest.raises(ValueError, match="pickled"):
+        iterate_in_subprocess(lambda: [1])
+
+
+def test_timeout():
+    it = iterate_in_subprocess(fns.slow, timeout=1)
+    got = []
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"did not produce any data for 1\.00 seconds"):
+        for x in it:
+            got.append(x)
+    assert got == [1] and time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize(
+    "sig, status",
+    [
+        (signal.SIGKILL, "killed by SIGKILL"),
+        (signal.SIGTERM, "killed by SIGTERM"),
+        # Go's handler takes a SIGSEGV, prints the goroutines and ends the
+        # process its own way.
+        (signal.SIGSEGV, "(killed by SIG[A-Z]+|exit status 2)"),
+    ],
+)
+def test_a_killed_worker_is_reported_and_its_batches_stay_valid(sig, status):
+    # The first worker of a process starts multiprocessing's resource
+    # tracker, whose descriptors stay: start one before counting.
+    iterate_in_subprocess(fns.numbers).close()
+    fds, maps = _fds(), _memfd_maps()
+    it = iterate_in_subprocess(fns.unlimited_batches, buffer_size=2)
+    gen = iter(it)
+    first = next(gen)
+    want = np.from_dlpack(first["images"]).copy()
+    os.kill(first["pid"], sig)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=f"exited unexpectedly \\({status}\\)"):
+        for item in gen:
+            del item
+    assert time.monotonic() - t0 < 2, "the death took more than a second to see"
+    assert np.array_equal(np.from_dlpack(first["images"]), want)
+    with pytest.raises(RuntimeError, match="Cannot iterate again"):
+        iter(it)
+    del first, gen, it
+    gc.collect()
+    # No descriptor, and once the last tensor is gone no mapping, is left.
+    assert _fds() <= fds, {f: os.readlink(f"/proc/self/fd/{f}") for f in _fds() - fds}
+    assert _memfd_maps() == maps
+
+
+def test_a_killed_parent_takes_its_worker():
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {str(HERE)!r})
+        import subprocess_fns as fns
+        from spdl_go.pipeline import iterate_in_subprocess
+        if __name__ == "__main__":
+            it = iterate_in_subprocess(fns.unlimited_batches, buffer_size=2)
+            b = next(iter(it))
+            print(b["pid"], flush=True)
+            time.sleep(60)
+        """
+    )
+    before = set(os.listdir("/dev/shm"))
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        worker = int(p.stdout.readline())
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.kill(worker, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            pytest.fail("the worker outlived its parent")
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert set(os.listdir("/dev/shm")) <= before
+
+
+def test_run_pipeline_in_subprocess_epochs_and_stats():
+    cfg = PipelineBuilder().add_source(range(10)).pipe(fns.square, concurrency=2).add_sink(3).get_config()
+    with run_pipeline_in_subprocess(cfg, num_threads=2) as it:
+        assert it.stats() is None  # no epoch yet
+        assert sorted(it) == [x * x for x in range(10)]
+        assert sorted(it) == [x * x for x in range(10)]
+        st = it.stats()
+    (stage,) = [s for s in st.stages if "square" in s.name]
+    assert stage.items_out == 10
+
+
+def test_run_pipeline_in_subprocess_failure_names_the_stage():
+    cfg = PipelineBuilder().add_source(range(10)).pipe(fns.fail_on_3).add_sink(3).get_config()
+    it = run_pipeline_in_subprocess(cfg, num_threads=1, max_failures=0)
+    with pytest.raises(RuntimeError, match="The worker subprocess quit") as e:
+        list(it)
+    cause = e.value.__cause__
+    assert isinstance(cause, PipelineFailure)
+    assert "bad item 3" in str(cause.exceptions[0])
+    assert any("fail_on_3" in n for n in cause.exceptions[0].__notes__)
+
+
+def test_run_pipeline_in_subprocess_copies_the_random_state():
+    random.seed(1234)
+    cfg = PipelineBuilder().add_source([0]).pipe(fns.rand).add_sink(1).get_config()
+    with run_pipeline_in_subprocess(cfg, num_threads=1) as it:
+        (got,) = list(it)
+    assert got == random.random()
+
+
+def test_run_pipeline_in_subprocess_checks_what_it_sends():
+    cfg = PipelineBuilder().add_source(range(3)).pipe(lambda x: x, name="inline").add_sink(1).get_config()
+    with pytest.raises(ValueError, match=r"stage 0 \(inline.*cannot be sent to the worker"):
+        run_pipeline_in_subprocess(cfg, num_threads=1)
+    builder = PipelineBuilder().add_source(range(3)).pipe(fns.square).add_sink(1)
+    with pytest.warns(DeprecationWarning, match="get_config"):
+        it = run_pipeline_in_subprocess(builder, num_threads=1)
+    with it:
+        assert sorted(it) == [0, 1, 4]
+
+
+def test_forkserver():
+    with iterate_in_subprocess(fns.batches, mp_context="forkserver") as it:
+        items = list(it)
+    assert len(items) == 9 and items[-1]["lends"] > 0
+    assert int(np.from_dlpack(items[3]["images"])[0, 0, 0, 0]) == 12
