@@ -290,7 +290,7 @@ def main() -> None:
     loaders.append(("DataLoader w=4", "dataloader"))
     cfgs = [(f"{name}, training", kind, "train") for name, kind in loaders]
     cfgs += [(f"{name}, loader alone", kind, "alone") for name, kind in loaders]
-    runs = _run(cfgs, [root, str(args.images), str(units)], args.repeat, skipped)
+    runs = harness.run_all(__file__, cfgs, [root, str(args.images), str(units)], args.repeat, 900, skipped)
     hcfgs = [
         ("in-process spdl-go", "handoff-spdl-go-inprocess"),
         ("spdl-go subprocess (shared memory)", "handoff-spdl-go-subprocess"),
@@ -300,7 +300,9 @@ def main() -> None:
             ("SPDL subprocess (pickled)", "handoff-spdl-subprocess"),
             ("SPDL subprocess (arena)", "handoff-spdl-arena"),
         ]
-    hruns = _run([(n, k, "-") for n, k in hcfgs], ["-", str(args.handoff_batches), "0"], args.repeat, skipped)
+    hruns = harness.run_all(
+        __file__, [(n, k, "-") for n, k in hcfgs], ["-", str(args.handoff_batches), "0"], args.repeat, 900, skipped
+    )
 
     med = {n: {k: sorted(r[k] for r in rs)[len(rs) // 2] for k in rs[0]} for n, rs in runs.items()}
     hmed = {n: sorted(r["us_per_batch"] for r in rs)[len(rs) // 2] for n, rs in hruns.items()}
@@ -329,20 +331,6 @@ def main() -> None:
                 {"meta": vars(args) | {"units": units}, "runs": runs, "handoff": hruns, "skipped": skipped}, indent=1
             )
         )
-
-
-def _run(cfgs: list[tuple[str, str, str]], extra: list[str], repeat: int, skipped: dict[str, str]) -> dict:
-    runs: dict[str, list[dict]] = {n: [] for n, _, _ in cfgs}
-    for _ in range(repeat):
-        for name, kind, mode in cfgs:
-            if name in skipped:
-                continue
-            try:
-                runs[name].append(harness.run_config(Path(__file__).resolve(), [kind, mode, *extra], 900))
-            except Exception as e:  # noqa: BLE001
-                skipped[name] = f"run failed: {e}"
-                print(f"{name}: run failed: {e}", file=sys.stderr)
-    return {n: r for n, r in runs.items() if r and n not in skipped}
 
 
 if __name__ == "__main__":

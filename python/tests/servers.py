@@ -1,6 +1,7 @@
 """Real servers on loopback for remote-read tests: nginx (Debian's package),
-versitygw (an S3-compatible gateway) and fake-gcs-server (a Google Cloud
-Storage emulator), both installed by .ci/run with ``go install``. Missing binaries skip the tests, except where
+versitygw (an S3-compatible gateway), fake-gcs-server (a Google Cloud
+Storage emulator) and Azurite (Azure Blob Storage's), which .ci/servers
+installs. Missing binaries skip the tests, except where
 SPDL_GO_REQUIRE_SERVERS is set (.ci/run sets it), where they fail."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -43,6 +45,15 @@ def _wait(port: int, proc: subprocess.Popen, log: Path) -> None:
                 break
             time.sleep(0.05)
     raise RuntimeError(f"server did not start on port {port}: {log.read_text() if log.exists() else ''}")
+
+
+def _launch(args: list[str], port: int, log: Path) -> tuple[subprocess.Popen, IO[str]]:
+    """Starts a server in its own session, its output in log, and waits
+    until it listens on port."""
+    out = open(log, "w")
+    proc = subprocess.Popen(args, stdout=out, stderr=out, start_new_session=True)
+    _wait(port, proc, log)
+    return proc, out
 
 
 ECHO_MODULE = "/usr/share/nginx/modules/ngx_http_echo_module.so"
@@ -155,33 +166,18 @@ class GCSServer:
         binary = _need("fake-gcs-server", os.path.expanduser("~/go/bin/fake-gcs-server"))
         self.port = _free_port()
         self.host = f"127.0.0.1:{self.port}"
-        log = work / "fake-gcs-server.log"
-        self._log = open(log, "w")
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "-scheme",
-                "http",
-                "-host",
-                "127.0.0.1",
-                "-port",
-                str(self.port),
-                "-backend",
-                "memory",
-                "-data",
-                str(root),
-                "-public-host",
-                self.host,
-                "-external-url",
-                f"http://{self.host}",
-                "-log-level",
-                "error",
-            ],
-            stdout=self._log,
-            stderr=self._log,
-            start_new_session=True,
-        )
-        _wait(self.port, self.proc, log)
+        args = [binary, "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port), "-backend", "memory"]
+        args += [
+            "-data",
+            str(root),
+            "-public-host",
+            self.host,
+            "-external-url",
+            f"http://{self.host}",
+            "-log-level",
+            "error",
+        ]
+        self.proc, self._log = _launch(args, self.port, work / "fake-gcs-server.log")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -204,26 +200,9 @@ class AzuriteServer:
         binary = _need("azurite-blob", "/usr/bin/azurite-blob", "/usr/local/bin/azurite-blob")
         self.port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}/{self.account}"
-        log = work / "azurite.log"
-        self._log = open(log, "w")
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--blobHost",
-                "127.0.0.1",
-                "--blobPort",
-                str(self.port),
-                "--location",
-                str(work / "data"),
-                "--silent",
-                "--loose",
-                "--skipApiVersionCheck",
-            ],
-            stdout=self._log,
-            stderr=self._log,
-            start_new_session=True,
-        )
-        _wait(self.port, self.proc, log)
+        args = [binary, "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(work / "data")]
+        args += ["--silent", "--loose", "--skipApiVersionCheck"]
+        self.proc, self._log = _launch(args, self.port, work / "azurite.log")
 
     def connection_string(self) -> str:
         return f"DefaultEndpointsProtocol=http;AccountName={self.account};AccountKey={self.key};BlobEndpoint={self.endpoint};"
