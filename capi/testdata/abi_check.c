@@ -97,6 +97,21 @@ static void check_tensor(spdl_tensor *t) {
   spdl_tensor_decref(NULL);
 }
 
+// seven_tensor applies "to_tensor" to the wire int 7 ('i', then 8
+// little-endian bytes): a new tensor, or NULL.
+static spdl_tensor *seven_tensor(void) {
+  char *err = NULL;
+  spdl_buf out = {NULL, 0};
+  static const char req[] = "{\"op\": {\"name\": \"to_tensor\", \"options\": {}}}";
+  static const uint8_t seven[9] = {'i', 7};
+  int rc = spdl_io_apply(req, sizeof req - 1, seven, sizeof seven, &out, &err);
+  spdl_tensor *t = rc == SPDL_OK ? take_tensor(&out) : NULL;
+  if (t == NULL) printf("spdl_io_apply(to_tensor, 7): %s\n", err ? err : "no tensor");
+  spdl_free(out.data);
+  spdl_free(err);
+  return t;
+}
+
 // check_shm runs the shared-memory arena within one process: the arena's
 // side lends a tensor's buffer, the mapping's side reads it.
 static void check_shm(void) {
@@ -112,14 +127,7 @@ static void check_shm(void) {
   CHECK(spdl_shm_map(-1, size, &e) == NULL && e != 0, "spdl_shm_map(-1) -> NULL, errno %d", e);
   void *m = spdl_shm_map(fd, size, &e);
   CHECK(m != NULL, "spdl_shm_map");
-  char *err = NULL;
-  spdl_buf out = {NULL, 0};
-  static const char req[] = "{\"op\": {\"name\": \"to_tensor\", \"options\": {}}}";
-  static const uint8_t seven[9] = {'i', 7};
-  int rc = spdl_io_apply(req, sizeof req - 1, seven, sizeof seven, &out, &err);
-  spdl_tensor *t = rc == SPDL_OK ? take_tensor(&out) : NULL;
-  spdl_free(out.data);
-  spdl_free(err);
+  spdl_tensor *t = seven_tensor();
   int64_t off[2] = {-1, -1};
   CHECK(t != NULL && spdl_shm_lend(t, off) == 1, "spdl_shm_lend: offsets %" PRId64 ", %" PRId64, off[0], off[1]);
   if (t != NULL && m != NULL) {
@@ -140,16 +148,11 @@ static void check_shm(void) {
 static void check_io(void) {
   char *err = NULL;
   spdl_buf out = {NULL, 0};
-  // "to_tensor" on the wire int 7 ('i', then 8 little-endian bytes).
-  static const char req[] = "{\"op\": {\"name\": \"to_tensor\", \"options\": {}}}";
   static const uint8_t seven[9] = {'i', 7};
-  int rc = spdl_io_apply(req, sizeof req - 1, seven, sizeof seven, &out, &err);
-  spdl_tensor *t = rc == SPDL_OK ? take_tensor(&out) : NULL;
-  CHECK(t != NULL, "spdl_io_apply(to_tensor, 7) -> one tensor %s", err ? err : "");
+  spdl_tensor *t = seven_tensor();
+  CHECK(t != NULL, "spdl_io_apply(to_tensor, 7) -> one tensor");
   spdl_tensor_decref(t);
-  spdl_free(out.data);
-  spdl_free(err);
-  err = NULL;
+  int rc;
   static const char bad[] = "{\"op\": {\"name\": \"no such op\"}}";
   out.data = NULL;
   rc = spdl_io_apply(bad, sizeof bad - 1, seven, sizeof seven, &out, &err);
