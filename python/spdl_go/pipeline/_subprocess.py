@@ -658,15 +658,26 @@ class _RestoreRNG:
 
 
 class _PipelineEpochs:
-    """Built in the worker: a fresh pipeline per epoch (SPDL's semantics)."""
+    """Built in the worker. As in SPDL: with a continuous source, one
+    pipeline, started here and kept running, gives one epoch per iterator
+    (so native sources reshuffle per epoch, and an epoch left early goes on
+    in the next); otherwise each epoch is a fresh pipeline's one pass."""
 
     def __init__(self, config: Any, build_args: dict[str, Any]) -> None:
+        from ._build import build_pipeline
+
         self.config, self.build_args = config, build_args
         self.pipeline: Any = None
+        if getattr(config.src, "continuous", False):
+            self.pipeline = build_pipeline(config, **build_args)
+            self.pipeline.start()
 
     def __iter__(self) -> Iterator[Any]:
         from ._build import build_pipeline
 
+        if getattr(self.config.src, "continuous", False):
+            yield from self.pipeline
+            return
         self.pipeline = build_pipeline(self.config, **self.build_args)
         with self.pipeline.auto_stop():
             yield from self.pipeline
