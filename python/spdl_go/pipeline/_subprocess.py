@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from ctypes import c_int64
+from ctypes import c_int64, string_at
 from fractions import Fraction
 from typing import Any, TypeVar
 
@@ -76,17 +76,26 @@ class _Lender(pickle.Pickler):
         if type(obj) is Tensor:
             if not obj._ptr:
                 raise ValueError("spdl_go: an item holds a released Tensor")
-            if obj.device != "cpu":
+            v = obj._view()
+            if v.device.device_type != 1:  # kDLCPU
                 raise ValueError(
                     f"spdl_go: an item holds a tensor on {obj.device}; only CPU tensors cross to the parent process "
                     "(move data to the GPU in the parent)"
                 )
-            v = obj._view()
-            shape = tuple(v.shape[i] for i in range(v.ndim))
-            strides = tuple(v.strides[i] for i in range(v.ndim))
-            out = (c_int64 * 2)()
+            out = _LEND_OUT
             if _lib.LIB.spdl_shm_lend(obj._ptr, out):
-                return ("t", out[0], out[1], shape, strides, v.dtype.code, v.dtype.bits, v.dtype.lanes)
+                nb, d = 8 * v.ndim, v.dtype  # shape and strides as raw int64s: what the parent's C call reads
+                return (
+                    "t",
+                    out[0],
+                    out[1],
+                    v.ndim,
+                    string_at(v.shape, nb),
+                    string_at(v.strides, nb),
+                    d.code,
+                    d.bits,
+                    d.lanes,
+                )
             import numpy
 
             return ("n", numpy.ascontiguousarray(numpy.from_dlpack(obj)))
@@ -95,6 +104,10 @@ class _Lender(pickle.Pickler):
 
             return ("a", pyarrow.array(obj))  # pickled by value (a copy)
         return None
+
+
+# The worker pickles on one thread: one output array serves every lend.
+_LEND_OUT = (c_int64 * 2)()
 
 
 def _dumps(item: Any) -> bytes:
@@ -225,7 +238,11 @@ def _serve(conn: multiprocessing.connection.Connection, iterable: Iterable[Any],
         credits = buffer_size
         while True:
             stop = False
-            while credits == 0 or conn.poll(0):
+            # Commands are read when the credits run out: a parent that
+            # sends one (a stop, a stats request) stops taking items, so
+            # that happens within buffer_size items, and a fast parent
+            # costs no poll per item.
+            while credits == 0:
                 cmd = conn.recv_bytes()
                 if cmd == _CREDIT:
                     credits += 1
@@ -276,11 +293,10 @@ class _Borrower(pickle.Unpickler):
     def persistent_load(self, pid: Any) -> Any:
         kind = pid[0]
         if kind == "t":
-            _, hdr, off, shape, strides, code, bits, lanes = pid
-            n = len(shape)
-            ptr = _lib.LIB.spdl_shm_tensor(
-                self._map, hdr, off, n, (c_int64 * n)(*shape), (c_int64 * n)(*strides), code, bits, lanes
-            )
+            _, hdr, off, ndim, shape, strides, code, bits, lanes = pid
+            if len(shape) != 8 * ndim or len(strides) != 8 * ndim:
+                raise RuntimeError(f"spdl_go: a malformed tensor from the worker subprocess: {pid!r}")
+            ptr = _lib.LIB.spdl_shm_tensor(self._map, hdr, off, ndim, shape or None, strides or None, code, bits, lanes)
             if not ptr:
                 raise RuntimeError(
                     f"spdl_go: a tensor from the worker subprocess lies outside its shared memory: {pid!r}"
