@@ -244,6 +244,11 @@ int spdl_io_encode_image(const void *in, size_t in_len, const char *opts_json, s
  * A spdl_tensor is a refcounted block of C memory (or an adopted foreign
  * DLPack tensor) with its DLTensor view. Wire tag 'D' moves one reference.
  *
+ * spdl_tensor_alloc: a new contiguous CPU tensor from the pool (64-byte
+ *   aligned, not zeroed) of ndim dimensions shape[] (read, not kept) and
+ *   dtype {code, bits, lanes} as in DLDataType (bits a positive multiple
+ *   of 8); NULL for a negative dimension, a bad dtype, an overflowing size
+ *   or no memory. The caller owns the reference.
  * spdl_tensor_incref / spdl_tensor_decref: take / drop a reference (t must
  *   be a reference the caller owns; decref ignores NULL); the memory
  *   returns to the pool when the last one goes.
@@ -278,6 +283,7 @@ int spdl_io_encode_image(const void *in, size_t in_len, const char *opts_json, s
  * spdl_cuda_mem_trim: frees every cached pinned and device buffer.
  */
 typedef struct spdl_tensor spdl_tensor;
+spdl_tensor *spdl_tensor_alloc(int32_t ndim, const int64_t *shape, uint8_t code, uint8_t bits, uint16_t lanes);
 void spdl_tensor_incref(spdl_tensor *t);
 void spdl_tensor_decref(spdl_tensor *t);
 const DLTensor *spdl_tensor_dltensor(const spdl_tensor *t);

@@ -141,6 +141,16 @@ static void check_shm(void) {
     spdl_tensor_decref(p);
   }
   spdl_tensor_decref(t);
+  const int64_t shape[2] = {3, 5};
+  spdl_tensor *a = spdl_tensor_alloc(2, shape, kDLUInt, 16, 1);
+  const DLTensor *av = a != NULL ? spdl_tensor_dltensor(a) : NULL;
+  CHECK(av != NULL && av->ndim == 2 && av->shape[1] == 5 && av->strides[0] == 5 && av->dtype.bits == 16,
+        "spdl_tensor_alloc(3x5 uint16)");
+  CHECK(a != NULL && spdl_shm_lend(a, off) == 1, "spdl_shm_lend of a tensor from spdl_tensor_alloc");
+  spdl_tensor_decref(a);
+  const int64_t bad[1] = {-1};
+  CHECK(spdl_tensor_alloc(1, bad, kDLUInt, 8, 1) == NULL && spdl_tensor_alloc(1, shape, kDLUInt, 7, 1) == NULL,
+        "spdl_tensor_alloc(a negative dimension, 7 bits) -> NULL");
   spdl_shm_unmap(m);
   if (fd >= 0) close(fd);
 }

@@ -37,8 +37,8 @@ typedef struct spdl_tensor spdl_tensor;
  * and is NOT zeroed. Returns a new reference, or NULL if ndim or a dimension
  * is negative, the dtype is unsupported, the size overflows, or memory is
  * exhausted. shape is read, not kept. */
-spdl_tensor* spdl_tensor_alloc(int32_t ndim, const int64_t* shape, uint8_t code,
-                               uint8_t bits, uint16_t lanes);
+SPDL_TENSOR_ABI spdl_tensor* spdl_tensor_alloc(int32_t ndim, const int64_t* shape, uint8_t code,
+                                               uint8_t bits, uint16_t lanes);
 
 /* Wraps a foreign DLPack tensor. On success the spdl_tensor owns m and
  * calls m->deleter(m) (if not NULL) when its last reference goes; the caller

@@ -213,6 +213,7 @@ _SIGNATURES: dict[str, tuple[list, object]] = {
     "spdl_pipeline_free": ([c_uint64, c_int64, _ERR], c_int),
     "spdl_pipeline_trace_start": ([c_uint64, c_int64, _ERR], c_int),
     "spdl_pipeline_trace_write": ([c_uint64, c_char_p, _ERR], c_int),
+    "spdl_tensor_alloc": ([ctypes.c_int32, c_void_p, ctypes.c_uint8, ctypes.c_uint8, ctypes.c_uint16], c_void_p),
     "spdl_tensor_incref": ([c_void_p], None),
     "spdl_tensor_decref": ([c_void_p], None),
     "spdl_tensor_dltensor": ([c_void_p], c_void_p),

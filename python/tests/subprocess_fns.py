@@ -133,3 +133,22 @@ def fail_on_3(x: int) -> int:
 
 def rand(x: int) -> float:
     return random.random()
+
+
+def arrays() -> list[dict[str, Any]]:
+    """numpy arrays of several dtypes and layouts, large and small, and
+    where they live in the worker's memory."""
+    rng = np.random.default_rng(0)
+    big = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    return [
+        {
+            "u8": big,
+            "f32": rng.standard_normal((32, 40)).astype(np.float32),
+            "strided": big[::2, ::-1, :],  # not contiguous: crosses contiguous
+            "bool": rng.integers(0, 2, 5000).astype(bool),
+            "c64": (rng.standard_normal(600) + 1j).astype(np.complex64),
+            "small": np.arange(10, dtype=np.int64),  # under 4 KiB: pickled
+            "objects": np.array([{"a": 1}] * 1000, dtype=object),  # no DLPack type: pickled
+            "big_endian": np.arange(2000, dtype=">i4"),  # not native: pickled
+        }
+    ]

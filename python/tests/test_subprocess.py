@@ -290,3 +290,25 @@ def test_run_pipeline_in_subprocess_continuous_source_reshuffles():
     assert sorted(got[0]) == sorted(x * x for x in range(16))
     assert got[0] != got[1], "the second epoch was not reshuffled"
     assert [sorted(e) for e in got] == [sorted(e) for e in want]
+
+
+def test_numpy_arrays_cross_through_shared_memory():
+    """As SPDL's arena does: arrays of 4 KiB or more are copied once, in
+    the worker, into shared memory, and arrive as numpy arrays over it;
+    smaller ones and those DLPack cannot describe are pickled."""
+    maps = _memfd_maps()
+    with iterate_in_subprocess(fns.arrays) as it:
+        (got,) = list(it)
+    (want,) = fns.arrays()
+    for k, w in want.items():
+        g = got[k]
+        assert type(g) is np.ndarray and g.dtype == w.dtype and g.shape == w.shape, k
+        if w.dtype == object:
+            assert list(g) == list(w)
+        else:
+            assert np.array_equal(g, w), k
+        shared = _in_shared_memory(g.ctypes.data) if w.dtype != object else False
+        assert shared == (k in ("u8", "f32", "strided", "bool", "c64")), k
+    del got, g
+    gc.collect()
+    assert _memfd_maps() == maps

@@ -103,7 +103,46 @@ class _Lender(pickle.Pickler):
             import pyarrow
 
             return ("a", pyarrow.array(obj))  # pickled by value (a copy)
+        np = sys.modules.get("numpy")
+        if np is not None and type(obj) is np.ndarray and obj.nbytes >= _OFFLOAD_BYTES:
+            return _offload(np, obj)
         return None
+
+
+# numpy arrays this large (SPDL's threshold) are copied once into the
+# shared memory, and reach the parent as arrays over it.
+_OFFLOAD_BYTES = 4096
+_DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+
+
+def _offload(np: Any, a: Any) -> Any:
+    """A numpy array copied into an arena tensor and lent; None (pickle it)
+    when its dtype has no DLPack code or the arena is full."""
+    dt = a.dtype
+    code = _DL_CODES.get(dt.kind)
+    if code is None or not dt.isnative or dt.fields is not None or dt.subdtype is not None:
+        return None
+    shape = (c_int64 * a.ndim)(*a.shape)
+    ptr = _lib.LIB.spdl_tensor_alloc(a.ndim, shape, code, dt.itemsize * 8, 1)
+    if not ptr:
+        return None
+    t = Tensor._adopt(ptr)
+    if not _lib.LIB.spdl_shm_lend(ptr, _LEND_OUT):
+        return None  # from malloc: the arena is full
+    np.copyto(np.from_dlpack(t), a, casting="no")
+    v = t._view()
+    nb = 8 * v.ndim
+    return (
+        "np",
+        _LEND_OUT[0],
+        _LEND_OUT[1],
+        v.ndim,
+        string_at(v.shape, nb),
+        string_at(v.strides, nb),
+        code,
+        dt.itemsize * 8,
+        1,
+    )
 
 
 # The worker pickles on one thread: one output array serves every lend.
@@ -292,7 +331,7 @@ class _Borrower(pickle.Unpickler):
 
     def persistent_load(self, pid: Any) -> Any:
         kind = pid[0]
-        if kind == "t":
+        if kind in ("t", "np"):
             _, hdr, off, ndim, shape, strides, code, bits, lanes = pid
             if len(shape) != 8 * ndim or len(strides) != 8 * ndim:
                 raise RuntimeError(f"spdl_go: a malformed tensor from the worker subprocess: {pid!r}")
@@ -301,7 +340,12 @@ class _Borrower(pickle.Unpickler):
                 raise RuntimeError(
                     f"spdl_go: a tensor from the worker subprocess lies outside its shared memory: {pid!r}"
                 )
-            return Tensor._adopt(ptr)
+            t = Tensor._adopt(ptr)
+            if kind == "np":
+                import numpy
+
+                return numpy.from_dlpack(t)  # the array holds the buffer until it is gone
+            return t
         if kind in ("n", "a"):
             return pid[1]
         raise pickle.UnpicklingError(f"spdl_go: unknown persistent id {kind!r}")
