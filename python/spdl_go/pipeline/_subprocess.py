@@ -623,8 +623,9 @@ def iterate_in_subprocess(
 
     spdl-go tensors in the items cross without a copy: the worker's engine
     allocates them in shared memory, and the parent's tensor reads the same
-    pages; dropping it gives the buffer back. The rest of an item is
-    pickled.
+    pages; dropping it gives the buffer back. numpy arrays of 4 KiB or more
+    are copied once into that memory in the worker and arrive as arrays
+    over it. The rest of an item is pickled.
 
     Args:
         fn: Called once in the worker, with no arguments, after the
