@@ -23,6 +23,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.reduction
+import multiprocessing.util
 import os
 import pickle
 import random
@@ -445,6 +446,8 @@ class _Worker:
         child dies."""
         if self.pending:
             return self.pending.pop(0)
+        if self.closed:
+            raise RuntimeError("The worker process is shutdown.")
         deadline = time.monotonic() + self.timeout
         while True:
             try:
