@@ -83,20 +83,8 @@ class _Lender(pickle.Pickler):
                     f"spdl_go: an item holds a tensor on {obj.device}; only CPU tensors cross to the parent process "
                     "(move data to the GPU in the parent)"
                 )
-            out = _LEND_OUT
-            if _lib.LIB.spdl_shm_lend(obj._ptr, out):
-                nb, d = 8 * v.ndim, v.dtype  # shape and strides as raw int64s: what the parent's C call reads
-                return (
-                    "t",
-                    out[0],
-                    out[1],
-                    v.ndim,
-                    string_at(v.shape, nb),
-                    string_at(v.strides, nb),
-                    d.code,
-                    d.bits,
-                    d.lanes,
-                )
+            if _lib.LIB.spdl_shm_lend(obj._ptr, _LEND_OUT):
+                return _lent("t", v)
             import numpy
 
             return ("n", numpy.ascontiguousarray(numpy.from_dlpack(obj)))
@@ -131,18 +119,24 @@ def _offload(np: Any, a: Any) -> Any:
     if not _lib.LIB.spdl_shm_lend(ptr, _LEND_OUT):
         return None  # from malloc: the arena is full
     np.copyto(np.from_dlpack(t), a, casting="no")
-    v = t._view()
-    nb = 8 * v.ndim
+    return _lent("np", t._view())
+
+
+def _lent(kind: str, v: Any) -> tuple:
+    """The persistent id of a lent buffer: its offsets (from the last
+    spdl_shm_lend), then the view, with shape and strides as raw int64s,
+    which the parent's C call reads as they are."""
+    nb, d = 8 * v.ndim, v.dtype
     return (
-        "np",
+        kind,
         _LEND_OUT[0],
         _LEND_OUT[1],
         v.ndim,
         string_at(v.shape, nb),
         string_at(v.strides, nb),
-        code,
-        dt.itemsize * 8,
-        1,
+        d.code,
+        d.bits,
+        d.lanes,
     )
 
 
