@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -72,10 +71,7 @@ func azureData(t *testing.T, a *storagetest.Azurite, files map[string][]byte) {
 // reads of a public container; abfs:// names too.
 func TestReadsFromAzure(t *testing.T) {
 	a := storagetest.StartAzurite(t)
-	files := map[string][]byte{"a.bin": blob(1000), "dir/with space+plus=eq.bin": blob(5000), "big.bin": blob(9 << 20)}
-	for i := range 30 {
-		files[fmt.Sprintf("many/%04d.txt", i)] = []byte("x")
-	}
+	files := storeFiles(t, "", 30)
 	azureData(t, a, files)
 	cred, err := azblob.NewSharedKeyCredential(a.Account, a.AccountKey)
 	if err != nil {
@@ -110,32 +106,7 @@ func TestReadsFromAzure(t *testing.T) {
 				}
 			}
 			c := mustClient(t, storage.Options{Azure: tc.o, Timeout: 5 * time.Second, Backoff: 10 * time.Millisecond})
-			base := "az://" + tc.container + "/"
-			for name, want := range files {
-				got, err := c.ReadAll(ctx, base+name)
-				if err != nil || !bytes.Equal(got, want) {
-					t.Fatalf("ReadAll(%s%s): %d bytes, %v", base, name, len(got), err)
-				}
-			}
-			if b, err := c.ReadRange(ctx, base+"dir/with space+plus=eq.bin", 100, 10); err != nil || !bytes.Equal(b, files["dir/with space+plus=eq.bin"][100:110]) {
-				t.Errorf("ReadRange: %v", err)
-			}
-			r, err := c.Open(ctx, base+"big.bin")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, files["big.bin"]) {
-				t.Errorf("Open: %d bytes, %v", len(got), err)
-			}
-			r.Close()
-			objs, err := c.List(ctx, base+"many/")
-			if err != nil || len(objs) != 30 || objs[0].Name != base+"many/0000.txt" || objs[29].Size != 1 {
-				t.Errorf("List(many/): %v, %v", objs, err)
-			}
-			_, err = c.ReadAll(ctx, base+"nope.bin")
-			if err == nil || !errors.Is(err, storage.ErrNotFound) || !strings.HasPrefix(err.Error(), base+"nope.bin: HTTP 404") {
-				t.Errorf("missing blob: %v", err)
-			}
+			checkStore(t, c, "az://"+tc.container+"/", files, 30)
 		})
 	}
 	t.Run("abfs name", func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -27,41 +26,15 @@ import (
 // listing past a page, a missing object and a missing bucket.
 func TestReadsFromGCS(t *testing.T) {
 	root := t.TempDir()
-	files := map[string][]byte{"a.bin": blob(1000), "dir/with space+plus=eq.bin": blob(5000), "big.bin": blob(9 << 20)}
-	for name, b := range files {
-		p := filepath.Join(root, "bucket", name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, b, 0o644)
-	}
-	for i := range 1100 { // more than a page of the object list
-		p := filepath.Join(root, "bucket", "many", fmt.Sprintf("%04d.txt", i))
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte("x"), 0o644)
-	}
+	files := storeFiles(t, root, 1100) // more than a page of the object list
 	srv := storagetest.StartGCS(t, root)
 	t.Setenv("STORAGE_EMULATOR_HOST", srv.Host)
 	c := mustClient(t, storage.Options{Timeout: 5 * time.Second, Backoff: 10 * time.Millisecond})
 	ctx := context.Background()
-	for name, want := range files {
-		got, err := c.ReadAll(ctx, "gs://bucket/"+name)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("ReadAll(gs://bucket/%s): %d bytes, %v", name, len(got), err)
-		}
-	}
-	if b, err := c.ReadRange(ctx, "gs://bucket/dir/with space+plus=eq.bin", 100, 10); err != nil || !bytes.Equal(b, files["dir/with space+plus=eq.bin"][100:110]) {
-		t.Errorf("ReadRange: %v", err)
-	}
+	checkStore(t, c, "gs://bucket/", files, 1100)
 	if n, err := c.Size(ctx, "gs://bucket/big.bin"); err != nil || n != 9<<20 {
 		t.Errorf("Size: %d, %v", n, err)
 	}
-	r, err := c.Open(ctx, "gs://bucket/big.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, files["big.bin"]) {
-		t.Errorf("Open: %d bytes, %v", len(got), err)
-	}
-	r.Close()
 	f, err := c.OpenFile(ctx, "gs://bucket/big.bin")
 	if err != nil {
 		t.Fatal(err)
@@ -69,18 +42,6 @@ func TestReadsFromGCS(t *testing.T) {
 	p := make([]byte, 100)
 	if n, err := f.ReadAt(p, 5<<20); n != 100 || err != nil || !bytes.Equal(p, files["big.bin"][5<<20:5<<20+100]) {
 		t.Errorf("ReadAt: %d, %v", n, err)
-	}
-	_, err = c.ReadAll(ctx, "gs://bucket/nope.bin")
-	if err == nil || !errors.Is(err, storage.ErrNotFound) || !strings.HasPrefix(err.Error(), "gs://bucket/nope.bin: HTTP 404") {
-		t.Errorf("missing object: %v", err)
-	}
-	objs, err := c.List(ctx, "gs://bucket/many/")
-	if err != nil || len(objs) != 1100 || objs[0].Name != "gs://bucket/many/0000.txt" || objs[1099].Size != 1 {
-		t.Errorf("List(many/): %d objects, %v", len(objs), err)
-	}
-	objs, err = c.List(ctx, "gs://bucket/dir/with")
-	if err != nil || len(objs) != 1 || objs[0].Name != "gs://bucket/dir/with space+plus=eq.bin" {
-		t.Errorf("List(dir/with): %v, %v", objs, err)
 	}
 	if _, err := c.List(ctx, "gs://nobucket/x"); err == nil || !strings.Contains(err.Error(), "gs://nobucket/x: HTTP 404") {
 		t.Errorf("List of a missing bucket: %v", err)

@@ -209,54 +209,17 @@ func TestRetries(t *testing.T) {
 
 func TestReadsFromS3(t *testing.T) {
 	root := t.TempDir()
-	files := map[string][]byte{"a.bin": blob(1000), "dir/with space+plus=eq.bin": blob(5000), "big.bin": blob(9 << 20)}
-	for name, b := range files {
-		p := filepath.Join(root, "bucket", name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, b, 0o644)
-	}
-	for i := range 1100 { // more than a ListObjectsV2 page
-		p := filepath.Join(root, "bucket", "many", fmt.Sprintf("%04d.txt", i))
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte("x"), 0o644)
-	}
+	files := storeFiles(t, root, 1100) // more than a ListObjectsV2 page
 	srv := storagetest.StartS3(t, root)
 	s3 := storage.S3Options{Endpoint: srv.Endpoint, Region: srv.Region, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
 	c := mustClient(t, storage.Options{S3: s3, Timeout: 5 * time.Second, Backoff: 10 * time.Millisecond})
 	ctx := context.Background()
-	for name, want := range files {
-		got, err := c.ReadAll(ctx, "s3://bucket/"+name)
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("ReadAll(s3://bucket/%s): %d bytes, %v", name, len(got), err)
-		}
-	}
-	if b, err := c.ReadRange(ctx, "s3://bucket/dir/with space+plus=eq.bin", 100, 10); err != nil || !bytes.Equal(b, files["dir/with space+plus=eq.bin"][100:110]) {
-		t.Errorf("ReadRange: %v", err)
-	}
-	r, err := c.Open(ctx, "s3://bucket/big.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, files["big.bin"]) {
-		t.Errorf("Open: %d bytes, %v", len(got), err)
-	}
-	_, err = c.ReadAll(ctx, "s3://bucket/nope.bin")
-	if err == nil || !errors.Is(err, storage.ErrNotFound) || !strings.HasPrefix(err.Error(), "s3://bucket/nope.bin: HTTP 404") {
-		t.Errorf("missing key: %v", err)
-	}
-	objs, err := c.List(ctx, "s3://bucket/many/")
-	if err != nil || len(objs) != 1100 || objs[0].Name != "s3://bucket/many/0000.txt" || objs[1099].Size != 1 {
-		t.Errorf("List(many/): %d objects, %v", len(objs), err)
-	}
-	objs, err = c.List(ctx, "s3://bucket/dir/with")
-	if err != nil || len(objs) != 1 || objs[0].Name != "s3://bucket/dir/with space+plus=eq.bin" {
-		t.Errorf("List(dir/with): %v, %v", objs, err)
-	}
+	checkStore(t, c, "s3://bucket/", files, 1100)
 	if _, err := c.List(ctx, "s3://nobucket/x"); err == nil || !strings.Contains(err.Error(), "s3://nobucket/x: HTTP 404") {
 		t.Errorf("List of a missing bucket: %v", err)
 	}
 	bad := mustClient(t, storage.Options{S3: storage.S3Options{Endpoint: srv.Endpoint, AccessKey: srv.AccessKey, SecretKey: "wrong"}})
-	_, err = bad.ReadAll(ctx, "s3://bucket/a.bin")
+	_, err := bad.ReadAll(ctx, "s3://bucket/a.bin")
 	var se *storage.Error
 	if !errors.As(err, &se) || se.Status != 403 || se.Attempts != 1 {
 		t.Errorf("wrong secret: %v", err)
