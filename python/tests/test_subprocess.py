@@ -241,7 +241,8 @@ def test_run_pipeline_in_subprocess_failure_names_the_stage():
     cause = e.value.__cause__
     assert isinstance(cause, PipelineFailure)
     assert "bad item 3" in str(cause.exceptions[0])
-    assert any("fail_on_3" in n for n in cause.exceptions[0].__notes__)
+    if sys.version_info >= (3, 11):  # exception notes name the stage
+        assert any("fail_on_3" in n for n in cause.exceptions[0].__notes__)
 
 
 def test_run_pipeline_in_subprocess_copies_the_random_state():
