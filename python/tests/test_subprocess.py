@@ -165,6 +165,7 @@ def test_a_killed_worker_is_reported_and_its_batches_stay_valid(sig, status):
     # The first worker of a process starts multiprocessing's resource
     # tracker, whose descriptors stay: start one before counting.
     iterate_in_subprocess(fns.numbers).close()
+    gc.collect()
     fds, maps = _fds(), _memfd_maps()
     it = iterate_in_subprocess(fns.unlimited_batches, buffer_size=2)
     gen = iter(it)
@@ -175,7 +176,9 @@ def test_a_killed_worker_is_reported_and_its_batches_stay_valid(sig, status):
     with pytest.raises(RuntimeError, match=f"exited unexpectedly \\({status}\\)"):
         for item in gen:
             del item
-    assert time.monotonic() - t0 < 2, "the death took more than a second to see"
+    # Go's handler prints every goroutine before a SIGSEGV ends the process:
+    # the death itself can take a while on a loaded machine.
+    assert time.monotonic() - t0 < (2 if sig != signal.SIGSEGV else 30), "the death took more than a second to see"
     assert np.array_equal(np.from_dlpack(first["images"]), want)
     with pytest.raises(RuntimeError, match="Cannot iterate again"):
         iter(it)
@@ -183,7 +186,7 @@ def test_a_killed_worker_is_reported_and_its_batches_stay_valid(sig, status):
     gc.collect()
     # No descriptor, and once the last tensor is gone no mapping, is left.
     assert _fds() <= fds, {f: os.readlink(f"/proc/self/fd/{f}") for f in _fds() - fds}
-    assert _memfd_maps() == maps
+    assert _memfd_maps() <= maps
 
 
 def test_a_killed_parent_takes_its_worker():
@@ -297,6 +300,7 @@ def test_numpy_arrays_cross_through_shared_memory():
     """As SPDL's arena does: arrays of 4 KiB or more are copied once, in
     the worker, into shared memory, and arrive as numpy arrays over it;
     smaller ones and those DLPack cannot describe are pickled."""
+    gc.collect()
     maps = _memfd_maps()
     with iterate_in_subprocess(fns.arrays) as it:
         (got,) = list(it)
@@ -312,4 +316,4 @@ def test_numpy_arrays_cross_through_shared_memory():
         assert shared == (k in ("u8", "f32", "strided", "bool", "c64")), k
     del got, g
     gc.collect()
-    assert _memfd_maps() == maps
+    assert _memfd_maps() <= maps
