@@ -152,21 +152,11 @@ func TestAzureThrottled(t *testing.T) {
 	want := blob(5000)
 	azureData(t, a, map[string][]byte{"obj.bin": want})
 	target, _ := url.Parse(a.Endpoint)
-	var throttle atomic.Int64
-	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host})
-	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if throttle.Add(-1) >= 0 {
-			w.Header().Set("Content-Type", "application/xml")
-			w.Header().Set("x-ms-error-code", "ServerBusy")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprint(w, `<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code><Message>The server is busy.</Message></Error>`)
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	defer ps.Close()
+	proxyURL, throttle := throttler(t, httputil.NewSingleHostReverseProxy(&url.URL{Scheme: target.Scheme, Host: target.Host}),
+		"application/xml", `<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code><Message>The server is busy.</Message></Error>`,
+		"x-ms-error-code", "ServerBusy")
 	// Azurite's endpoint is path-style: http://host:port/account.
-	ao := storage.AzureOptions{Account: a.Account, Endpoint: ps.URL + target.Path, AccountKey: a.AccountKey}
+	ao := storage.AzureOptions{Account: a.Account, Endpoint: proxyURL + target.Path, AccountKey: a.AccountKey}
 	ctx := context.Background()
 
 	throttle.Store(2)

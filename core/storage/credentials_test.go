@@ -6,14 +6,11 @@ import (
 	"crypto/sha1"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,19 +203,9 @@ func TestS3Throttled(t *testing.T) {
 	srv := storagetest.StartS3(t, root)
 	storagetest.IsolateAWS(t)
 	target, _ := url.Parse(srv.Endpoint)
-	var throttle atomic.Int64
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if throttle.Add(-1) >= 0 {
-			w.Header().Set("Content-Type", "application/xml")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`)
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	defer ps.Close()
-	s3o := storage.S3Options{Endpoint: ps.URL, Region: srv.Region, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+	proxyURL, throttle := throttler(t, httputil.NewSingleHostReverseProxy(target), "application/xml",
+		`<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`)
+	s3o := storage.S3Options{Endpoint: proxyURL, Region: srv.Region, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
 	ctx := context.Background()
 
 	throttle.Store(2)

@@ -4,15 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,21 +58,12 @@ func TestGCSThrottled(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "bucket", "obj.bin"), want, 0o644)
 	srv := storagetest.StartGCS(t, root)
 	target, _ := url.Parse("http://" + srv.Host)
-	var throttle atomic.Int64
 	// fake-gcs-server reads a Host other than its own as a bucket name
 	// (virtual-hosted addressing): the proxy passes its own on.
 	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }}
-	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if throttle.Add(-1) >= 0 {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprint(w, `{"error": {"code": 503, "message": "We encountered an internal error. Please try again."}}`)
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	defer ps.Close()
-	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(ps.URL, "http://"))
+	proxyURL, throttle := throttler(t, proxy, "application/json",
+		`{"error": {"code": 503, "message": "We encountered an internal error. Please try again."}}`)
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(proxyURL, "http://"))
 	ctx := context.Background()
 	throttle.Store(2)
 	c := mustClient(t, storage.Options{Retries: 3, Backoff: 5 * time.Millisecond})

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/spdl-go/spdl-go/core/storage"
@@ -75,4 +78,27 @@ func checkStore(t *testing.T, c *storage.Client, base string, files map[string][
 	if err != nil || len(objs) != 1 || objs[0].Name != base+odd {
 		t.Errorf("List(dir/with): %v, %v", objs, err)
 	}
+}
+
+// throttler starts a proxy to next that answers the first *n requests
+// (n counts down; set it to arm the proxy) with 503, contentType and body
+// and the extra headers, as a store under load does; it returns the
+// proxy's URL and n.
+func throttler(t *testing.T, next http.Handler, contentType, body string, headers ...string) (string, *atomic.Int64) {
+	t.Helper()
+	n := new(atomic.Int64)
+	ps := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(-1) >= 0 {
+			w.Header().Set("Content-Type", contentType)
+			for i := 0; i+1 < len(headers); i += 2 {
+				w.Header().Set(headers[i], headers[i+1])
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, body)
+			return
+		}
+		next.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ps.Close)
+	return ps.URL, n
 }
