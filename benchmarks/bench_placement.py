@@ -15,6 +15,10 @@ Configurations (each a fresh process, median of --repeat):
 * spdl-go subprocess: the same pipeline through
   spdl_go.pipeline.run_pipeline_in_subprocess (batches through shared
   memory);
+* spdl-go process region: decode, batching and collate between
+  .to(ProcessPoolExecutorConfig(max_workers=2)) and .to(MAIN_PROCESS)
+  (each worker decodes at concurrency 2; each batch crosses once, through
+  shared memory);
 * SPDL subprocess: SPDL 0.8's run_pipeline_in_subprocess with the same
   stages (np.stack to collate), batches pickled through its queue
   (skipped, with the reason, when spdl cannot be imported);
@@ -168,6 +172,19 @@ def _spdl_go_config(paths: list[str]) -> Any:
     return b.pipe(ops.collate()).add_sink(4).get_config()
 
 
+def _spdl_go_region_config(paths: list[str]) -> Any:
+    """The Python decode, batching and collate in a pool of worker
+    processes (an execution region); each batch crosses once."""
+    import spdl_go
+    from spdl_go import ops
+    from spdl_go.pipeline.defs import MAIN_PROCESS, ProcessPoolExecutorConfig
+
+    workers = 2
+    b = spdl_go.PipelineBuilder().add_source(paths).to(ProcessPoolExecutorConfig(max_workers=workers), buffer_size=8)
+    b = b.pipe(decode, concurrency=CONCURRENCY // workers).aggregate(BATCH, drop_last=True).pipe(ops.collate())
+    return b.to(MAIN_PROCESS).add_sink(4).get_config()
+
+
 def _spdl_config(paths: list[str]) -> Any:
     from spdl.pipeline import PipelineBuilder
 
@@ -187,6 +204,12 @@ def loader(kind: str, paths: list[str]) -> Any:
 
         with run_pipeline_in_subprocess(_spdl_go_config(paths), num_threads=CONCURRENCY + 1) as it:
             yield from it
+    elif kind == "spdl-go-region":
+        from spdl_go.pipeline import build_pipeline
+
+        p = build_pipeline(_spdl_go_region_config(paths), num_threads=2)
+        with p.auto_stop():
+            yield from p
     elif kind == "spdl-subprocess":
         from spdl.pipeline import run_pipeline_in_subprocess as spdl_run
 
@@ -284,7 +307,11 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001
         have_spdl = False
         skipped["SPDL"] = f"spdl cannot be imported: {e}"
-    loaders = [("spdl-go threads", "spdl-go-threads"), ("spdl-go subprocess", "spdl-go-subprocess")]
+    loaders = [
+        ("spdl-go threads", "spdl-go-threads"),
+        ("spdl-go subprocess", "spdl-go-subprocess"),
+        ("spdl-go process region", "spdl-go-region"),
+    ]
     if have_spdl:
         loaders.append(("SPDL subprocess", "spdl-subprocess"))
     loaders.append(("DataLoader w=4", "dataloader"))

@@ -36,13 +36,18 @@ from .pipeline.defs import (
     Aggregate,
     AggregateConfig,
     DisaggregateConfig,
+    InterpreterPoolExecutorConfig,
     OutputOrder,
     Pipe,
     PipeConfig,
     PipelineConfig,
+    PlacementConfig,
+    ProcessPoolExecutorConfig,
     SinkConfig,
     SourceConfig,
     StageConfig,
+    _check_regions,
+    _MainProcess,
 )
 from .sources import NativeSource
 
@@ -80,7 +85,7 @@ class PipelineBuilder:
 
     def __init__(self) -> None:
         self._source: SourceConfig | None = None
-        self._stages: list[StageConfig] = []
+        self._stages: list[StageConfig | PlacementConfig] = []
         self._sink: SinkConfig | None = None
 
     def add_source(
@@ -209,6 +214,56 @@ class PipelineBuilder:
         self._stages.append(DisaggregateConfig())
         return self
 
+    def to(
+        self,
+        target: ProcessPoolExecutorConfig | InterpreterPoolExecutorConfig | _MainProcess,
+        /,
+        *,
+        buffer_size: int = 1,
+    ) -> PipelineBuilder:
+        """Says where the stages added after this call run, until the next
+        ``to()``: SPDL's execution regions.
+
+        ``to(ProcessPoolExecutorConfig(max_workers=N))`` opens a region
+        whose stages (pipes, native ops, aggregates, disaggregates) run in
+        N worker processes; each worker runs them as one pipeline of its
+        own, the engine included, so values pass from stage to stage inside
+        the worker and need not pickle. ``to(MAIN_PROCESS)`` closes it.
+        Items enter the workers pickled, whole messages going to the
+        worker with the least waiting; results come back in the order they
+        finish (so no stage in a region may use ``output_order="input"``),
+        tensors and large numpy arrays through shared memory without a
+        copy, as with ``run_pipeline_in_subprocess``. Each stage's
+        ``concurrency`` applies in each worker, and ``build(max_failures=)``
+        applies in each worker's pipeline. The workers start when the
+        pipeline is built (a stage that does not pickle, or a module a
+        worker cannot import, fails the build, naming it), serve every
+        epoch, and stop when the pipeline is closed.
+
+        ``to(InterpreterPoolExecutorConfig(max_workers=N))`` (Python 3.14+)
+        runs the region's Python ops in N subinterpreters of this process,
+        each with its own GIL (``concurrent.futures.InterpreterPoolExecutor``);
+        native ops and aggregates stay in the engine.
+
+        Args:
+            target: ``ProcessPoolExecutorConfig``,
+                ``InterpreterPoolExecutorConfig`` or ``MAIN_PROCESS`` (from
+                ``spdl_go.pipeline.defs``).
+            buffer_size: At most this many items cross this boundary in one
+                message: the marker that opens a region sizes what goes in,
+                the one that closes it what comes back. A partial message is
+                sent at the end of each epoch; stages still see single
+                items.
+
+        Raises:
+            TypeError: ``target`` is not one of those (a live
+                ``concurrent.futures.Executor`` belongs in
+                ``pipe(executor=)``).
+            ValueError: ``buffer_size`` is not a positive int.
+        """
+        self._stages.append(PlacementConfig(target, buffer_size=buffer_size))
+        return self
+
     def add_sink(self, buffer_size: int = 3) -> PipelineBuilder:
         """Sets how many finished items are prefetched ahead of the
         consumer; ``build()`` needs it, as in SPDL.
@@ -226,12 +281,17 @@ class PipelineBuilder:
         ``spdl_go.pipeline.build_pipeline`` takes.
 
         Raises:
-            RuntimeError: the source or the sink is not set.
+            RuntimeError: the source or the sink is not set, or a
+                subinterpreter region needs Python 3.14.
+            ValueError: a region (``to()``) is empty, holds an
+                ``output_order="input"`` stage, or is not closed with
+                ``to(MAIN_PROCESS)``.
         """
         if self._source is None:
             raise RuntimeError("Source is not set. Did you call `add_source`?")
         if self._sink is None:
             raise RuntimeError("Sink is not set. Did you call `add_sink`?")
+        _check_regions(self._stages)
         return PipelineConfig(self._source, tuple(self._stages), self._sink)
 
     def build(

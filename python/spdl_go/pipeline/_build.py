@@ -36,15 +36,21 @@ from . import _hooks
 from ._hooks import TaskHookFactory
 from ._pipeline import Pipeline, PipelineFailure
 from .defs import (
+    InterpreterPoolExecutorConfig,
     MergeConfig,
     PathVariantsConfig,
     PipeConfig,
     PipelineConfig,
+    PlacementConfig,
+    ProcessPoolExecutorConfig,
     SinkConfig,
     SourceConfig,
+    StageConfig,
     _arg,
     _check,
+    _check_regions,
     _limit,
+    _MainProcess,
 )
 
 __all__ = ["BuildConfig", "build_pipeline"]
@@ -184,6 +190,8 @@ def _build(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
     and a ``PathVariants`` stage are pipelines of their own, built first
     with the same settings (without reports) and read through Python."""
     sub = dataclasses.replace(settings, report_interval=None)
+    if any(isinstance(p, PlacementConfig) for p in config.pipes):
+        return _build_region(config, settings, sub)
     built: list[Pipeline] = []  # closed if a later part fails to build
     try:
         src = config.src
@@ -207,6 +215,52 @@ def _build(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
     except BaseException:
         _close_all(built)
         raise
+
+
+def _build_region(config: PipelineConfig, settings: BuildConfig, sub: BuildConfig) -> Pipeline:
+    """A pipeline with execution regions (``PipelineBuilder.to``): the
+    first region is built, and the rest of the pipeline after it, in turn."""
+    from . import _region
+
+    _check_regions(config.pipes)
+    pipes = list(config.pipes)
+    k = next(i for i, p in enumerate(pipes) if isinstance(p, PlacementConfig))
+    opener = pipes[k]
+    assert isinstance(opener, PlacementConfig)
+    if isinstance(opener.target, _MainProcess):  # a marker that opens nothing
+        return _build(dataclasses.replace(config, pipes=pipes[:k] + pipes[k + 1 :]), settings)
+    j = next(i for i in range(k + 1, len(pipes)) if isinstance(pipes[i], PlacementConfig))
+    closer = pipes[j]
+    assert isinstance(closer, PlacementConfig)
+    stages: list[StageConfig] = [p for p in pipes[k + 1 : j] if not isinstance(p, PlacementConfig)]
+    if isinstance(opener.target, InterpreterPoolExecutorConfig):
+        inner, ex = _region.interpreter_stages(stages, opener.target)
+        try:
+            p = _build(dataclasses.replace(config, pipes=pipes[:k] + inner + pipes[j:]), settings)
+        except BaseException:
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+        weakref.finalize(p, ex.shutdown, wait=False, cancel_futures=True)
+        return p
+    assert isinstance(opener.target, ProcessPoolExecutorConfig)
+    name = _region.region_name(stages, opener.buffer_size, closer.buffer_size)
+    worker_args = {
+        "num_threads": None,
+        "max_failures": settings.max_failures,
+        "queue_size": settings.queue_size,
+        "cpu_budget": settings.cpu_budget,
+    }
+    upstream = _build(PipelineConfig(config.src, pipes[:k], SinkConfig(2)), sub)
+    try:
+        pool = _region._Pool(name, stages, opener.target, worker_args, closer.buffer_size)
+    except BaseException:
+        upstream.close()
+        raise
+    source = _region._RegionSource(upstream, pool, opener.buffer_size)
+    outer = SourceConfig(source, continuous=_continuous(config.src))
+    # The closing marker stays when another region opens right there.
+    rest = pipes[j + 1 :] if isinstance(closer.target, _MainProcess) else pipes[j:]
+    return _build(PipelineConfig(outer, rest, config.sink), settings)
 
 
 def _continuous(src: SourceConfig | MergeConfig) -> bool:

@@ -357,7 +357,7 @@ def _exit_text(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def _remote_error(payload: bytes) -> BaseException:
+def _remote_error(payload: bytes, prefix: str = "The worker subprocess quit. ") -> BaseException:
     from ._pipeline import PipelineFailure
 
     message, is_failure, sent = pickle.loads(payload)
@@ -370,7 +370,7 @@ def _remote_error(payload: bytes) -> BaseException:
             except Exception:  # noqa: BLE001  (e.g. a class only the child can import)
                 exc = None
         excs.append((stage, exc if exc is not None else RuntimeError(text)))
-    err = RuntimeError(f"The worker subprocess quit. {message}")
+    err = RuntimeError(f"{prefix}{message}")
     if is_failure and excs and all(isinstance(e, Exception) for _, e in excs):
         err.__cause__ = PipelineFailure([(s, e) for s, e in excs])  # type: ignore[misc]
     elif excs:
@@ -383,14 +383,16 @@ class _Worker:
 
     def __init__(
         self,
-        fn: Callable[[], Iterable[Any]],
-        initializers: Sequence[Callable[[], None]],
-        buffer_size: int,
+        target: Callable[..., None],
+        args: tuple[Any, ...],
         mp_context: str | None,
         timeout: float,
         daemon: bool,
         shm_bytes: int,
+        name: str = "spdl-go-worker",
     ) -> None:
+        """Starts ``target(parent_pid, conn, shm, shm_bytes, *args)`` in a
+        new process (``shm``: a DupFd of the memfd, None if shm_bytes is 0)."""
         self.timeout = timeout
         self.map: int | None = None
         self.closed = False
@@ -412,10 +414,10 @@ class _Worker:
                 self.map = m
                 shm = multiprocessing.reduction.DupFd(fd)
             self.proc = ctx.Process(  # type: ignore[attr-defined]
-                target=_child_main,
-                args=(os.getpid(), child, shm, shm_bytes, fn, list(initializers), buffer_size),
+                target=target,
+                args=(os.getpid(), child, shm, shm_bytes, *args),
                 daemon=daemon,
-                name="spdl-go-worker",
+                name=name,
             )
             try:
                 self.proc.start()
@@ -667,7 +669,12 @@ def iterate_in_subprocess(
         if not callable(i):
             raise ValueError(f"initializer must be callable, not {type(i).__name__}")
     worker = _Worker(
-        fn, inits, buffer_size, mp_context, float("inf") if timeout is None else timeout, daemon, shm_bytes
+        _child_main,
+        (fn, inits, buffer_size),
+        mp_context,
+        float("inf") if timeout is None else timeout,
+        daemon,
+        shm_bytes,
     )
     try:
         msg = worker.recv("initialize")

@@ -36,6 +36,7 @@ import functools
 import inspect
 import json
 import math
+import sys
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -53,6 +54,9 @@ __all__ = [
     "Aggregator",
     "Disaggregate",
     "DisaggregateConfig",
+    "ExecutorConfig",
+    "InterpreterPoolExecutorConfig",
+    "MAIN_PROCESS",
     "Merge",
     "MergeConfig",
     "OutputOrder",
@@ -61,6 +65,8 @@ __all__ = [
     "Pipe",
     "PipeConfig",
     "PipelineConfig",
+    "PlacementConfig",
+    "ProcessPoolExecutorConfig",
     "SinkConfig",
     "SourceConfig",
     "StageConfig",
@@ -299,6 +305,159 @@ StageConfig = PipeConfig | AggregateConfig | DisaggregateConfig | PathVariantsCo
 _STAGE_TYPES = (PipeConfig, AggregateConfig, DisaggregateConfig, PathVariantsConfig)
 
 
+# ---- execution regions (PipelineBuilder.to) ------------------------------------
+@dataclass(frozen=True, slots=True)
+class ExecutorConfig:
+    """A pool of workers for an execution region (SPDL's base class):
+    ``ProcessPoolExecutorConfig`` or ``InterpreterPoolExecutorConfig``
+    given to ``PipelineBuilder.to``."""
+
+    max_workers: int | None = None
+    """Workers in the pool; None: ``os.cpu_count()``."""
+    initializer: Callable[..., object] | None = None
+    """Called once in each worker, with ``initargs``, before any item."""
+    initargs: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        n = self.max_workers
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"{name}: max_workers must be a positive int or None, got {n!r}")
+        if self.initializer is not None and not callable(self.initializer):
+            raise TypeError(f"{name}: initializer must be callable or None, got {type(self.initializer).__name__}")
+        if not isinstance(self.initargs, tuple):
+            raise TypeError(f"{name}: initargs must be a tuple, got {type(self.initargs).__name__}")
+
+    def workers(self) -> int:
+        """How many workers the pool has."""
+        import os
+
+        return self.max_workers or os.cpu_count() or 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessPoolExecutorConfig(ExecutorConfig):
+    """The stages after ``.to(ProcessPoolExecutorConfig(...))``, up to
+    ``.to(MAIN_PROCESS)``, run in a pool of worker processes: each worker
+    runs them as one pipeline of its own, so the values between them stay
+    in the worker and need not pickle; only what enters and leaves the
+    region crosses (see ``PipelineBuilder.to``).
+
+    ``mp_context`` is the start method: "spawn" (None, the default) or
+    "forkserver". "fork" is refused: the Go runtime does not survive it.
+    """
+
+    mp_context: str | None = None
+
+    def __post_init__(self) -> None:
+        ExecutorConfig.__post_init__(self)
+        if self.mp_context not in (None, "spawn", "forkserver"):
+            raise ValueError(
+                f"ProcessPoolExecutorConfig: mp_context must be 'spawn', 'forkserver' or None, got "
+                f"{self.mp_context!r} (a forked process has lost the Go runtime's threads)"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class InterpreterPoolExecutorConfig(ExecutorConfig):
+    """The Python stages after ``.to(InterpreterPoolExecutorConfig(...))``,
+    up to ``.to(MAIN_PROCESS)``, run in subinterpreters of this process
+    (``concurrent.futures.InterpreterPoolExecutor``, Python 3.14+), each
+    with its own GIL. Their modules must load in a subinterpreter
+    (numpy and torch do not), which ``build_pipeline`` checks."""
+
+
+@dataclass(frozen=True, slots=True)
+class _MainProcess:
+    """The type of ``MAIN_PROCESS``."""
+
+    def __repr__(self) -> str:
+        return "MAIN_PROCESS"
+
+
+MAIN_PROCESS = _MainProcess()
+"""``.to(MAIN_PROCESS)`` closes an execution region: the stages after it
+run in the main process again."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementConfig:
+    """Where the stages after it run, until the next one (what
+    ``PipelineBuilder.to`` appends). ``buffer_size``: at most this many
+    items cross this boundary in one message (the stages on either side
+    still see single items)."""
+
+    target: ProcessPoolExecutorConfig | InterpreterPoolExecutorConfig | _MainProcess
+    name: str = "placement"
+    buffer_size: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, (ProcessPoolExecutorConfig, InterpreterPoolExecutorConfig, _MainProcess)):
+            if isinstance(self.target, Executor):
+                raise TypeError(
+                    "to: takes a ProcessPoolExecutorConfig, InterpreterPoolExecutorConfig or MAIN_PROCESS, not a "
+                    f"live executor ({type(self.target).__name__}); to run one stage in an executor, use "
+                    "pipe(executor=...)"
+                )
+            raise TypeError(
+                "to: the target must be a ProcessPoolExecutorConfig, InterpreterPoolExecutorConfig or MAIN_PROCESS, "
+                f"got {type(self.target).__name__}"
+            )
+        b = self.buffer_size
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ValueError(f"to: buffer_size must be a positive int, got {b!r}")
+
+    def __repr__(self) -> str:
+        extra = f", buffer_size={self.buffer_size}" if self.buffer_size != 1 else ""
+        return f"{self.name}({self.target!r}{extra})"
+
+
+def _has_ordered(st: Any) -> bool:
+    if isinstance(st, PipeConfig):
+        return st.output_order == "input"
+    if isinstance(st, PathVariantsConfig):
+        return any(_has_ordered(s) for path in st.paths for s in path)
+    return False
+
+
+def _check_regions(pipes: Sequence[Any]) -> None:
+    """The rules of execution regions, checked by ``get_config()`` and
+    ``build_pipeline``: a region holds at least one stage, keeps no
+    ``output_order="input"`` stage (its workers finish items in any order),
+    is closed by ``.to(MAIN_PROCESS)`` before the sink, and a
+    subinterpreter region needs Python 3.14."""
+    open_at: int | None = None
+    stages = 0
+    for i, p in enumerate(pipes):
+        if isinstance(p, PlacementConfig):
+            if open_at is not None and stages == 0:
+                raise ValueError(
+                    f"to: the region opened at pipes[{open_at}] has no stages; add stages before pipes[{i}] "
+                    "or remove the marker"
+                )
+            if isinstance(p.target, InterpreterPoolExecutorConfig) and sys.version_info < (3, 14):
+                raise RuntimeError(
+                    "to: a subinterpreter region (InterpreterPoolExecutorConfig) needs Python 3.14 or later; "
+                    f"this is {sys.version_info.major}.{sys.version_info.minor}"
+                )
+            open_at = None if isinstance(p.target, _MainProcess) else i
+            stages = 0
+        elif open_at is not None:
+            stages += 1
+            if _has_ordered(p):
+                raise ValueError(
+                    f"to: stage {getattr(p, 'name', type(p).__name__)!r} (pipes[{i}]) has output_order='input', "
+                    "which a region cannot keep: its workers finish items in any order"
+                )
+    if open_at is not None:
+        if stages == 0:
+            raise ValueError(f"to: the region opened at pipes[{open_at}] has no stages")
+        raise ValueError(
+            f"to: the region opened at pipes[{open_at}] is not closed; call .to(MAIN_PROCESS) before add_sink "
+            "(the sink is in the main process)"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SinkConfig:
     """How many finished items are prefetched ahead of the consumer."""
@@ -344,7 +503,7 @@ class PipelineConfig:
     """
 
     src: SourceConfig | MergeConfig
-    pipes: Sequence[StageConfig]
+    pipes: Sequence[StageConfig | PlacementConfig]
     sink: SinkConfig
 
     def __post_init__(self) -> None:
@@ -358,10 +517,11 @@ class PipelineConfig:
             )
         pipes = tuple(self.pipes)
         for i, p in enumerate(pipes):
-            if not isinstance(p, _STAGE_TYPES):
+            if not isinstance(p, (*_STAGE_TYPES, PlacementConfig)):
                 raise TypeError(
-                    f"PipelineConfig: pipes[{i}] must be a PipeConfig, AggregateConfig, DisaggregateConfig "
-                    f"or PathVariantsConfig (see Pipe, Aggregate, Disaggregate, PathVariants), got {type(p).__name__}"
+                    f"PipelineConfig: pipes[{i}] must be a PipeConfig, AggregateConfig, DisaggregateConfig, "
+                    "PathVariantsConfig or PlacementConfig (see Pipe, Aggregate, Disaggregate, PathVariants, "
+                    f"PipelineBuilder.to), got {type(p).__name__}"
                 )
         object.__setattr__(self, "pipes", pipes)
         if not isinstance(self.sink, SinkConfig):
@@ -378,8 +538,11 @@ class PipelineConfig:
         ``settings`` the build's settings (``BuildConfig.to_spec()``)."""
         if isinstance(self.src, MergeConfig):
             raise TypeError("PipelineConfig.to_spec: a MergeConfig source is built by build_pipeline")
-        if any(isinstance(p, PathVariantsConfig) for p in self.pipes):
-            raise TypeError("PipelineConfig.to_spec: a PathVariantsConfig stage is built by build_pipeline")
+        if any(isinstance(p, (PathVariantsConfig, PlacementConfig)) for p in self.pipes):
+            raise TypeError(
+                "PipelineConfig.to_spec: a PathVariantsConfig stage or a region (PlacementConfig) is built by "
+                "build_pipeline"
+            )
         ids = list(op_ids) + [None] * (len(self.pipes) - len(op_ids))
         stages = [
             s.to_spec(i) if isinstance(s, PipeConfig) else s.to_spec()  # type: ignore[union-attr]
@@ -406,8 +569,8 @@ class PipelineConfig:
                     depth -= 1
                 else:
                     splits += 1
-            elif isinstance(st, PathVariantsConfig):
-                return splits, False  # its router is Python code
+            elif isinstance(st, (PathVariantsConfig, PlacementConfig)):
+                return splits, False  # its router is Python code; a region's input crosses through Python
             else:
                 return splits, st.native
         return splits, False
@@ -480,6 +643,8 @@ class PipelineConfig:
                     f"{where} stage {i} ({st.name!r}) routes items with a Python callable; "
                     "a PathVariants stage cannot be serialised"
                 )
+            elif isinstance(st, PlacementConfig):
+                raise TypeError(f"{where} pipes[{i}] ({st!r}) opens or closes a region; regions cannot be serialised")
             else:
                 pipes.append({"type": "disaggregate"})
         return {
