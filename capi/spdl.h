@@ -320,6 +320,14 @@ void *spdl_shm_map(int fd, int64_t size, int *err);
 void spdl_shm_unmap(void *map);
 spdl_tensor *spdl_shm_tensor(void *map, int64_t hdr_off, int64_t data_off, int32_t ndim, const int64_t *shape,
                              const int64_t *strides, uint8_t code, uint8_t bits, uint16_t lanes);
+/* One message instead: spdl_shm_lend_desc(t, out, cap) lends t and writes
+ * its descriptor (24 + 16 * ndim bytes: both offsets, ndim, dtype, dims,
+ * strides; this machine's byte order) to out, returning its length (0: not
+ * in the arena, -1: cap too small; nothing lent either way), and
+ * spdl_shm_tensor_desc(map, desc, len) makes the parent's tensor from it
+ * (NULL when malformed or outside its buffer). */
+int32_t spdl_shm_lend_desc(spdl_tensor *t, uint8_t *out, int32_t cap);
+spdl_tensor *spdl_shm_tensor_desc(void *map, const uint8_t *desc, int32_t len);
 
 /* Bytes of Arrow buffers (C memory) alive now, exported or not. */
 int64_t spdl_arrow_allocated_bytes(void);

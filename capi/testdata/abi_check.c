@@ -141,6 +141,20 @@ static void check_shm(void) {
     spdl_tensor_decref(p);
   }
   spdl_tensor_decref(t);
+  uint8_t desc[24 + 16 * 2];
+  t = seven_tensor();
+  int32_t n = spdl_shm_lend_desc(t, desc, (int32_t)sizeof desc);
+  CHECK(n == 24 + 16 * spdl_tensor_dltensor(t)->ndim, "spdl_shm_lend_desc: %d bytes", (int)n);
+  CHECK(spdl_shm_lend_desc(t, desc, 8) == -1, "spdl_shm_lend_desc(no room) -> -1");
+  if (n > 0 && m != NULL) {
+    spdl_tensor *p = spdl_shm_tensor_desc(m, desc, n);
+    const DLTensor *pv = p != NULL ? spdl_tensor_dltensor(p) : NULL;
+    CHECK(pv != NULL && memcmp(pv->data, spdl_tensor_dltensor(t)->data, pv->dtype.bits / 8) == 0,
+          "spdl_shm_tensor_desc: the same value through the other mapping");
+    CHECK(spdl_shm_tensor_desc(m, desc, n - 1) == NULL, "spdl_shm_tensor_desc(a short descriptor) -> NULL");
+    spdl_tensor_decref(p);
+  }
+  spdl_tensor_decref(t);
   const int64_t shape[2] = {3, 5};
   spdl_tensor *a = spdl_tensor_alloc(2, shape, kDLUInt, 16, 1);
   const DLTensor *av = a != NULL ? spdl_tensor_dltensor(a) : NULL;

@@ -39,6 +39,23 @@ func (t *Tensor) LendShared() (hdr, data int64, ok bool) {
 	return int64(out[0]), int64(out[1]), true
 }
 
+// shmDescMax is the longest descriptor (tensor.h): 24 bytes and 16 a
+// dimension, for at most 64 dimensions.
+const shmDescMax = 24 + 16*64
+
+// LendDescriptor lends t's buffer as LendShared does and returns the
+// descriptor another process's SharedMap.TensorFromDescriptor reads (one
+// message carries the offsets, dtype, shape and strides). ok is false, and
+// nothing is lent, when the buffer is not in the arena.
+func (t *Tensor) LendDescriptor() (desc []byte, ok bool) {
+	var buf [shmDescMax]byte
+	n := C.spdl_shm_lend_desc(t.ptr(), (*C.uint8_t)(unsafe.Pointer(&buf[0])), C.int32_t(len(buf)))
+	if n <= 0 {
+		return nil, false
+	}
+	return append([]byte(nil), buf[:n]...), true
+}
+
 // SharedArenaStats describes this process's arena.
 type SharedArenaStats struct {
 	Size, Carved, Pending, Lends, Misses int64
@@ -79,6 +96,20 @@ func (m *SharedMap) Tensor(hdr, data int64, dt DType, shape, strides []int64) (*
 		C.uint8_t(dt.Code), C.uint8_t(dt.Bits), C.uint16_t(dt.Lanes))
 	if p == nil {
 		return nil, fmt.Errorf("tensor: a shared view at %d (header %d) of %v %v strides %v lies outside its buffer", data, hdr, dt, shape, strides)
+	}
+	return wrap(p), nil
+}
+
+// TensorFromDescriptor makes a tensor over the lent buffer a descriptor
+// (LendDescriptor) names. It fails when the descriptor is malformed or the
+// view reaches outside the buffer.
+func (m *SharedMap) TensorFromDescriptor(desc []byte) (*Tensor, error) {
+	if len(desc) == 0 || len(desc) > shmDescMax {
+		return nil, fmt.Errorf("tensor: a shared-tensor descriptor of %d bytes (24 to %d)", len(desc), shmDescMax)
+	}
+	p := C.spdl_shm_tensor_desc(m.p, (*C.uint8_t)(unsafe.Pointer(&desc[0])), C.int32_t(len(desc)))
+	if p == nil {
+		return nil, fmt.Errorf("tensor: a shared-tensor descriptor (%d bytes) is malformed or lies outside its buffer", len(desc))
 	}
 	return wrap(p), nil
 }

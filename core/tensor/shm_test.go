@@ -109,6 +109,42 @@ func TestSharedArena(t *testing.T) {
 	}
 	z.Release()
 
+	// A descriptor carries the same view in one message; a damaged one is
+	// refused.
+	d := mustNew(t, tensor.Int16, 3, 5)
+	*(*int16)(d.Data()) = -7
+	desc, ok := d.LendDescriptor()
+	if !ok || len(desc) != 24+16*2 {
+		t.Fatalf("LendDescriptor: %d bytes, ok %v", len(desc), ok)
+	}
+	d.Release()
+	dv, err := m.TensorFromDescriptor(desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *(*int16)(dv.Data()); got != -7 || dv.DType() != tensor.Int16 || len(dv.Shape()) != 2 || dv.Shape()[1] != 5 {
+		t.Errorf("through the descriptor: %d, %v %v", got, dv.DType(), dv.Shape())
+	}
+	dv.Release()
+	for _, tc := range []struct {
+		name string
+		edit func([]byte) []byte
+	}{
+		{"short", func(b []byte) []byte { return b[:23] }},
+		{"a dimension missing", func(b []byte) []byte { return b[:len(b)-8] }},
+		{"ndim too large", func(b []byte) []byte { b[16] = 3; return b }},
+		{"negative ndim", func(b []byte) []byte { b[19] = 0x80; return b }},
+		{"huge stride", func(b []byte) []byte { b[len(b)-1] = 0x40; return b }},
+		{"data offset past the end", func(b []byte) []byte { b[14] = 0x7f; return b }},
+		{"zero bits", func(b []byte) []byte { b[21] = 0; return b }},
+	} {
+		bad := tc.edit(append([]byte(nil), desc...))
+		if v, err := m.TensorFromDescriptor(bad); err == nil {
+			v.Release()
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+
 	// The mapping outlives its handle while a tensor uses it.
 	w := mustNew(t, tensor.Float32, 256)
 	hdr, data, _ = w.LendShared()

@@ -745,6 +745,53 @@ int spdl_shm_lend(spdl_tensor* t, int64_t* out) {
   return 1;
 }
 
+// A lent tensor's descriptor, what the other process needs for its view:
+// int64 header offset, int64 data offset, int32 ndim, uint8 code, uint8
+// bits, uint16 lanes, then ndim int64 dims and ndim int64 strides (in
+// elements), in this machine's byte order (both ends run on it).
+enum { SHM_DESC_HEAD = 24, SHM_DESC_MAX_DIMS = 64 };
+
+int32_t spdl_shm_lend_desc(spdl_tensor* t, uint8_t* out, int32_t cap) {
+  if (t == NULL || out == NULL) return 0;
+  int32_t ndim = t->dl.ndim;
+  if (ndim < 0 || ndim > SHM_DESC_MAX_DIMS || SHM_DESC_HEAD + 16 * ndim > cap) return -1;
+  int64_t off[2];
+  if (!spdl_shm_lend(t, off)) return 0;
+  memcpy(out, off, 16);
+  memcpy(out + 16, &ndim, 4);
+  out[20] = t->dl.dtype.code;
+  out[21] = t->dl.dtype.bits;
+  memcpy(out + 22, &t->dl.dtype.lanes, 2);
+  if (ndim > 0) {
+    memcpy(out + SHM_DESC_HEAD, t->dl.shape, (size_t)ndim * 8);
+    int64_t* st = (int64_t*)(out + SHM_DESC_HEAD + 8 * ndim);
+    if (t->dl.strides != NULL) {
+      memcpy(st, t->dl.strides, (size_t)ndim * 8);
+    } else {
+      int64_t step = 1;
+      for (int32_t i = ndim - 1; i >= 0; i--) {
+        memcpy(st + i, &step, 8);
+        step *= t->dl.shape[i];
+      }
+    }
+  }
+  return SHM_DESC_HEAD + 16 * ndim;
+}
+
+spdl_tensor* spdl_shm_tensor_desc(void* map, const uint8_t* desc, int32_t len) {
+  if (desc == NULL || len < SHM_DESC_HEAD) return NULL;
+  int64_t off[2], shape[SHM_DESC_MAX_DIMS], strides[SHM_DESC_MAX_DIMS];
+  int32_t ndim;
+  uint16_t lanes;
+  memcpy(off, desc, 16);
+  memcpy(&ndim, desc + 16, 4);
+  memcpy(&lanes, desc + 22, 2);
+  if (ndim < 0 || ndim > SHM_DESC_MAX_DIMS || len != SHM_DESC_HEAD + 16 * ndim) return NULL;
+  memcpy(shape, desc + SHM_DESC_HEAD, (size_t)ndim * 8);
+  memcpy(strides, desc + SHM_DESC_HEAD + 8 * ndim, (size_t)ndim * 8);
+  return spdl_shm_tensor(map, off[0], off[1], ndim, shape, strides, desc[20], desc[21], lanes);
+}
+
 void spdl_shm_stats(int64_t* out) {
   char* base = atomic_load(&shm_base);
   int64_t pending = 0;
@@ -826,13 +873,17 @@ spdl_tensor* spdl_shm_tensor(void* map, int64_t hdr_off, int64_t data_off, int32
       set_compact_strides(t);
     }
   }
-  // Every element the view can reach lies within the buffer.
-  int64_t lo = 0, hi = 0, item = (int64_t)(bits / 8) * lanes;
-  for (int32_t i = 0; i < ndim && n > 0; i++) {
-    int64_t span = (shape[i] - 1) * t->dl.strides[i] * item;
-    if (span < 0) lo += span; else hi += span;
+  // Every element the view can reach lies within the buffer (strides come
+  // from the other process: overflow is checked, not assumed away).
+  int64_t lo = 0, hi = 0, item = (int64_t)(bits / 8) * lanes, span, end;
+  int bad = 0;
+  for (int32_t i = 0; i < ndim && n > 0 && !bad; i++) {
+    bad = __builtin_mul_overflow(shape[i] - 1, t->dl.strides[i], &span) || __builtin_mul_overflow(span, item, &span) ||
+          (span < 0 ? __builtin_add_overflow(lo, span, &lo) : __builtin_add_overflow(hi, span, &hi));
   }
-  if (n > 0 && (data_off + lo < start || data_off + hi + item > start + h->cap)) {
+  if (n > 0 && (bad || __builtin_add_overflow(data_off, lo, &span) || span < start ||
+                __builtin_add_overflow(data_off, hi, &end) || __builtin_add_overflow(end, item, &end) ||
+                end > start + h->cap)) {
     drop_block(t);
     return NULL;
   }

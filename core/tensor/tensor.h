@@ -115,6 +115,14 @@ SPDL_TENSOR_ABI void spdl_shm_unmap(void* map);
 SPDL_TENSOR_ABI spdl_tensor* spdl_shm_tensor(void* map, int64_t hdr_off, int64_t data_off, int32_t ndim,
                                              const int64_t* shape, const int64_t* strides, uint8_t code,
                                              uint8_t bits, uint16_t lanes);
+/* The same as one message: spdl_shm_lend_desc lends t and writes its
+ * descriptor (24 + 16 * ndim bytes: both offsets, ndim, dtype, dims and
+ * strides) to out, returning its length; 0 when t's buffer is not in the
+ * arena, -1 when cap is too small (nothing lent either way).
+ * spdl_shm_tensor_desc makes the tensor from a descriptor of len bytes (NULL
+ * when it is malformed or reaches outside its buffer). */
+SPDL_TENSOR_ABI int32_t spdl_shm_lend_desc(spdl_tensor* t, uint8_t* out, int32_t cap);
+SPDL_TENSOR_ABI spdl_tensor* spdl_shm_tensor_desc(void* map, const uint8_t* desc, int32_t len);
 
 /* ---- CUDA memory -----------------------------------------------------------
  *

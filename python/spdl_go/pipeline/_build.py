@@ -250,11 +250,17 @@ def _build_region(config: PipelineConfig, settings: BuildConfig, sub: BuildConfi
         "queue_size": settings.queue_size,
         "cpu_budget": settings.cpu_budget,
     }
-    upstream = _build(PipelineConfig(config.src, pipes[:k], SinkConfig(2)), sub)
+    src = config.src
+    upstream: Pipeline | Any
+    if k == 0 and isinstance(src, SourceConfig) and _region.plain_iterable(src.source):
+        upstream = src.source  # read by the region's feeder thread itself
+    else:
+        upstream = _build(PipelineConfig(src, pipes[:k], SinkConfig(2)), sub)
     try:
         pool = _region._Pool(name, stages, opener.target, worker_args, closer.buffer_size)
     except BaseException:
-        upstream.close()
+        if isinstance(upstream, Pipeline):
+            upstream.close()
         raise
     source = _region._RegionSource(upstream, pool, opener.buffer_size)
     outer = SourceConfig(source, continuous=_continuous(config.src))

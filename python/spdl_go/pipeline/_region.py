@@ -35,7 +35,7 @@ import os
 import pickle
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -91,6 +91,14 @@ def _strip_executors(st: StageConfig) -> StageConfig:
     if isinstance(st, PathVariantsConfig):
         return dataclasses.replace(st, paths=tuple(tuple(_strip_executors(s) for s in p) for p in st.paths))
     return st
+
+
+def plain_iterable(source: Any) -> bool:
+    """A Python iterable (not a native or async source): a region that
+    comes first can read it without a pipeline."""
+    from ..sources import NativeSource
+
+    return isinstance(source, Iterable) and not isinstance(source, NativeSource)
 
 
 # ---- worker -------------------------------------------------------------------
@@ -341,7 +349,11 @@ class _RegionSource:
     """The source of the stages after a region: each epoch runs one epoch
     of ``upstream`` through the pool."""
 
-    def __init__(self, upstream: Pipeline, pool: _Pool, in_buf: int) -> None:
+    def __init__(self, upstream: Pipeline | Iterable[Any], pool: _Pool, in_buf: int) -> None:
+        # ``upstream`` is the pipeline of the stages before the region, or,
+        # when the region comes first, a Python source itself: the feeder
+        # then iterates it directly, with no engine round trip per item (in
+        # the training process, every Python call competes for the GIL).
         self.upstream, self.pool, self.in_buf = upstream, pool, in_buf
         # The outer pipeline closes its source when it closes; then the
         # upstream pipeline and the workers go too.
@@ -462,9 +474,17 @@ class _RegionSource:
             if len(chunk) >= self.in_buf:
                 send()
 
+        def read_source(src: Iterable[Any]) -> bool:
+            for item in src:
+                if stop.is_set():
+                    return False
+                emit(item)
+            return True
+
         end = _DROP
         try:
-            if _read_epoch(self.upstream, stop, emit):
+            up = self.upstream
+            if read_source(up) if not isinstance(up, Pipeline) else _read_epoch(up, stop, emit):
                 if chunk:
                     send()
                 end = _DROP if stop.is_set() else _END
@@ -474,8 +494,9 @@ class _RegionSource:
             w.send(end)
 
 
-def _close(upstream: Pipeline, pool: _Pool) -> None:
-    upstream.close()
+def _close(upstream: Pipeline | Iterable[Any], pool: _Pool) -> None:
+    if isinstance(upstream, Pipeline):
+        upstream.close()
     pool.shutdown()
 
 

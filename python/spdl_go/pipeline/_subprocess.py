@@ -51,7 +51,11 @@ _logger = logging.getLogger("spdl_go")
 _DEFAULT_SHM_BYTES = 4 << 30
 
 # Parent -> child commands.
-_START, _STOP, _ABORT, _CREDIT, _STATS = b"start", b"stop", b"abort", b"c", b"stats"
+_START, _STOP, _ABORT, _CREDIT = b"start", b"stop", b"abort", b"c"
+# A question about the worker's iterable: b"q" + the name of its method
+# (``_stats``, ``_running``, ``_source_state``); the answer is pickled.
+_QUERY = b"q"
+_QUERIES = (b"stats", b"running", b"source_state")
 # Child -> parent tags (first byte).
 _READY, _INIT_FAILED, _STARTED, _ITEM, _FINISHED, _FAILED, _UNEXPECTED, _STATS_REPLY = (
     b"R",
@@ -77,14 +81,14 @@ class _Lender(pickle.Pickler):
         if type(obj) is Tensor:
             if not obj._ptr:
                 raise ValueError("spdl_go: an item holds a released Tensor")
-            v = obj._view()
-            if v.device.device_type != 1:  # kDLCPU
+            if obj._view().device.device_type != 1:  # kDLCPU
                 raise ValueError(
                     f"spdl_go: an item holds a tensor on {obj.device}; only CPU tensors cross to the parent process "
                     "(move data to the GPU in the parent)"
                 )
-            if _lib.LIB.spdl_shm_lend(obj._ptr, _LEND_OUT):
-                return _lent("t", v)
+            desc = _lend(obj._ptr)
+            if desc is not None:
+                return ("t", desc)
             import numpy
 
             return ("n", numpy.ascontiguousarray(numpy.from_dlpack(obj)))
@@ -94,7 +98,8 @@ class _Lender(pickle.Pickler):
             return ("a", pyarrow.array(obj))  # pickled by value (a copy)
         np = sys.modules.get("numpy")
         if np is not None and type(obj) is np.ndarray and obj.nbytes >= _OFFLOAD_BYTES:
-            return _offload(np, obj)
+            desc = _offload(np, obj)
+            return None if desc is None else ("np", desc)
         return None
 
 
@@ -103,10 +108,22 @@ class _Lender(pickle.Pickler):
 _OFFLOAD_BYTES = 4096
 _DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 
+# The worker pickles on one thread: one buffer serves every lend. A
+# descriptor (spdl_shm_lend_desc) is 24 bytes and 16 per dimension.
+_DESC = ctypes.create_string_buffer(24 + 16 * 64)
 
-def _offload(np: Any, a: Any) -> Any:
-    """A numpy array copied into an arena tensor and lent; None (pickle it)
-    when its dtype has no DLPack code or the arena is full."""
+
+def _lend(ptr: int) -> bytes | None:
+    """Lends an arena tensor to the parent: its descriptor, or None when
+    its buffer is not in the arena (nothing is lent then)."""
+    n = _lib.LIB.spdl_shm_lend_desc(ptr, _DESC, len(_DESC))
+    return string_at(_DESC, n) if n > 0 else None
+
+
+def _offload(np: Any, a: Any) -> bytes | None:
+    """A numpy array copied into an arena tensor and lent (its descriptor);
+    None (pickle it) when its dtype has no DLPack code or the arena is
+    full."""
     dt = a.dtype
     code = _DL_CODES.get(dt.kind)
     if code is None or not dt.isnative or dt.fields is not None or dt.subdtype is not None:
@@ -116,38 +133,32 @@ def _offload(np: Any, a: Any) -> Any:
     if not ptr:
         return None
     t = Tensor._adopt(ptr)
-    if not _lib.LIB.spdl_shm_lend(ptr, _LEND_OUT):
+    desc = _lend(ptr)
+    if desc is None:
         return None  # from malloc: the arena is full
     np.copyto(np.from_dlpack(t), a, casting="no")
-    return _lent("np", t._view())
-
-
-def _lent(kind: str, v: Any) -> tuple:
-    """The persistent id of a lent buffer: its offsets (from the last
-    spdl_shm_lend), then the view, with shape and strides as raw int64s,
-    which the parent's C call reads as they are."""
-    nb, d = 8 * v.ndim, v.dtype
-    return (
-        kind,
-        _LEND_OUT[0],
-        _LEND_OUT[1],
-        v.ndim,
-        string_at(v.shape, nb),
-        string_at(v.strides, nb),
-        d.code,
-        d.bits,
-        d.lanes,
-    )
-
-
-# The worker pickles on one thread: one output array serves every lend.
-_LEND_OUT = (c_int64 * 2)()
+    return desc
 
 
 def _dumps(item: Any) -> bytes:
+    # An item that is one tensor or array (a collated batch) skips pickle:
+    # a tag byte (a pickle starts with 0x80), then its descriptor.
+    if type(item) is Tensor and item._ptr:
+        desc = _lend(item._ptr)
+        if desc is not None:
+            return _FAST_TENSOR + desc
+    else:
+        np = sys.modules.get("numpy")
+        if np is not None and type(item) is np.ndarray and item.nbytes >= _OFFLOAD_BYTES:
+            desc = _offload(np, item)
+            if desc is not None:
+                return _FAST_ARRAY + desc
     f = io.BytesIO()
     _Lender(f, pickle.HIGHEST_PROTOCOL).dump(item)
     return f.getvalue()
+
+
+_FAST_TENSOR, _FAST_ARRAY = b"\x01", b"\x02"
 
 
 def _failure_payload(e: BaseException, prefix: str) -> bytes:
@@ -244,21 +255,25 @@ def _child_main(
         pass  # the parent is gone
 
 
-def _reply_stats(conn: multiprocessing.connection.Connection, iterable: Any) -> None:
-    get = getattr(iterable, "_stats", None)
-    stats = get() if get is not None else None
-    conn.send_bytes(_STATS_REPLY + pickle.dumps(stats))
+def _answer(conn: multiprocessing.connection.Connection, iterable: Any, cmd: bytes) -> None:
+    name = cmd[len(_QUERY) :]
+    get = getattr(iterable, "_" + name.decode(), None) if name in _QUERIES else None
+    try:
+        answer = get() if get is not None else None
+    except Exception:  # noqa: BLE001  (a closed pipeline: nothing to tell)
+        answer = None
+    conn.send_bytes(_STATS_REPLY + pickle.dumps(answer))
 
 
 def _serve(conn: multiprocessing.connection.Connection, iterable: Iterable[Any], buffer_size: int) -> None:
     while True:  # stand-by: wait for an epoch
         cmd = conn.recv_bytes()
-        if cmd in (_STOP, _CREDIT):
+        if cmd == _STOP or cmd[:1] == _CREDIT:
             continue  # credits for the last epoch's items; a stop with none running
         if cmd == _ABORT:
             return
-        if cmd == _STATS:
-            _reply_stats(conn, iterable)
+        if cmd[:1] == _QUERY:
+            _answer(conn, iterable, cmd)
             continue
         if cmd != _START:
             conn.send_bytes(_UNEXPECTED + cmd)
@@ -278,10 +293,10 @@ def _serve(conn: multiprocessing.connection.Connection, iterable: Iterable[Any],
             # costs no poll per item.
             while credits == 0:
                 cmd = conn.recv_bytes()
-                if cmd == _CREDIT:
-                    credits += 1
-                elif cmd == _STATS:
-                    _reply_stats(conn, iterable)
+                if cmd[:1] == _CREDIT:
+                    credits += int(cmd[1:])
+                elif cmd[:1] == _QUERY:
+                    _answer(conn, iterable, cmd)
                 elif cmd == _STOP:
                     stop = True
                     break
@@ -324,23 +339,25 @@ class _Borrower(pickle.Unpickler):
         super().__init__(io.BytesIO(data))
         self._map = shm_map
 
+    @staticmethod
+    def tensor(shm_map: int | None, kind: str, desc: bytes) -> Any:
+        """The tensor (or numpy array, kind "np") over a lent buffer."""
+        ptr = _lib.LIB.spdl_shm_tensor_desc(shm_map, desc, len(desc)) if type(desc) is bytes else None
+        if not ptr:
+            raise RuntimeError(
+                f"spdl_go: a tensor from the worker subprocess is malformed or lies outside its shared memory: {desc!r:.200}"
+            )
+        t = Tensor._adopt(ptr)
+        if kind == "np":
+            import numpy
+
+            return numpy.from_dlpack(t)  # the array holds the buffer until it is gone
+        return t
+
     def persistent_load(self, pid: Any) -> Any:
         kind = pid[0]
-        if kind in ("t", "np"):
-            _, hdr, off, ndim, shape, strides, code, bits, lanes = pid
-            if len(shape) != 8 * ndim or len(strides) != 8 * ndim:
-                raise RuntimeError(f"spdl_go: a malformed tensor from the worker subprocess: {pid!r}")
-            ptr = _lib.LIB.spdl_shm_tensor(self._map, hdr, off, ndim, shape or None, strides or None, code, bits, lanes)
-            if not ptr:
-                raise RuntimeError(
-                    f"spdl_go: a tensor from the worker subprocess lies outside its shared memory: {pid!r}"
-                )
-            t = Tensor._adopt(ptr)
-            if kind == "np":
-                import numpy
-
-                return numpy.from_dlpack(t)  # the array holds the buffer until it is gone
-            return t
+        if kind in ("t", "np") and len(pid) == 2:
+            return self.tensor(self._map, kind, pid[1])
         if kind in ("n", "a"):
             return pid[1]
         raise pickle.UnpicklingError(f"spdl_go: unknown persistent id {kind!r}")
@@ -394,6 +411,7 @@ class _Worker:
         """Starts ``target(parent_pid, conn, shm, shm_bytes, *args)`` in a
         new process (``shm``: a DupFd of the memfd, None if shm_bytes is 0)."""
         self.timeout = timeout
+        self.credit_step = 1  # see SubprocessIterable._epoch
         self.map: int | None = None
         self.closed = False
         self.lock = threading.Lock()
@@ -444,6 +462,16 @@ class _Worker:
             return self.pending.pop(0)
         if self.closed:
             raise RuntimeError("The worker process is shutdown.")
+        if self.timeout == float("inf"):
+            # No timeout: a plain blocking read (one call less per item); a
+            # child that dies closes its end, so this ends with EOFError.
+            try:
+                return self.conn.recv_bytes()
+            except (EOFError, OSError):
+                self.proc.join(_GRACE)
+                raise RuntimeError(
+                    f"The worker subprocess exited unexpectedly ({_exit_text(self.proc.exitcode)})."
+                ) from None
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -474,6 +502,9 @@ class _Worker:
             pass  # a dead child is reported by the next recv
 
     def item(self, payload: bytes) -> Any:
+        tag = payload[:1]
+        if tag == _FAST_TENSOR or tag == _FAST_ARRAY:
+            return _Borrower.tensor(self.map, "t" if tag == _FAST_TENSOR else "np", payload[1:])
         return _Borrower(payload, self.map).load()
 
     def terminate(self) -> None:
@@ -506,8 +537,11 @@ class SubprocessIterable(Iterable[T]):
     early leaves it ready for the next. ``close()`` (or leaving a ``with``
     block, or garbage collection) stops the worker."""
 
-    def __init__(self, worker: _Worker) -> None:
+    def __init__(self, worker: _Worker, keep_leftovers: bool = False) -> None:
         self._worker: _Worker | None = worker
+        # A continuous pipeline's epoch left early goes on in the next
+        # iterator: the items already sent are handed out first, not dropped.
+        self._keep_leftovers = keep_leftovers
         self._finalizer = multiprocessing.util.Finalize(self, worker.terminate, exitpriority=10)
 
     def __iter__(self) -> Iterator[T]:
@@ -518,15 +552,24 @@ class SubprocessIterable(Iterable[T]):
 
     def _epoch(self, w: _Worker) -> Iterator[T]:
         with w.lock:
-            self._enter(w)
+            leftovers = self._enter(w)
+        # Credits go back in groups of credit_step (half of buffer_size):
+        # fewer messages, and the worker, owed fewer than that, always has
+        # one left to send the next item.
+        owed = 0
         try:
+            while leftovers:
+                yield leftovers.pop(0)
             while True:
                 with w.lock:
                     msg = w.recv("produce any data")
                     tag, body = msg[:1], msg[1:]
                     if tag == _ITEM:
                         item = w.item(body)
-                        w.send(_CREDIT)
+                        owed += 1
+                        if owed >= w.credit_step:
+                            w.send(_CREDIT + b"%d" % owed)
+                            owed = 0
                     elif tag == _FINISHED:
                         return
                     elif tag == _FAILED:
@@ -541,16 +584,22 @@ class SubprocessIterable(Iterable[T]):
             self._shutdown()
             raise
 
-    def _enter(self, w: _Worker) -> None:
+    def _enter(self, w: _Worker) -> list[Any]:
+        """Starts an epoch; returns the last one's items still on their way
+        if they are kept (else they are dropped)."""
         w.send(_STOP)
         w.send(_START)
+        kept: list[Any] = []
         while True:
             msg = w.recv("start an epoch")
             tag = msg[:1]
             if tag == _STARTED:
-                return
+                return kept
             if tag == _ITEM:
-                w.item(msg[1:])  # the last epoch's: unpickled and dropped, it gives back its buffers
+                item = w.item(msg[1:])  # dropped, it gives back its buffers
+                if self._keep_leftovers:
+                    kept.append(item)
+                del item
             elif tag in (_FINISHED, _STATS_REPLY):
                 continue
             elif tag == _FAILED:
@@ -567,11 +616,25 @@ class SubprocessIterable(Iterable[T]):
     def stats(self) -> Any:
         """The worker's pipeline's ``PipelineStats`` (``run_pipeline_in_subprocess``;
         None before the first epoch, and for ``iterate_in_subprocess``)."""
+        return self._query(b"stats")
+
+    @property
+    def _running(self) -> bool:
+        """Whether the worker's continuous pipeline is in an epoch left
+        early (``ResumableSource.track`` carries its progress on)."""
+        return self._worker is not None and bool(self._query(b"running"))
+
+    def _source_state(self) -> Any:
+        """The worker pipeline's source state (what ``ResumableSource``
+        learns of a streaming source's units)."""
+        return self._query(b"source_state")
+
+    def _query(self, name: bytes) -> Any:
         w = self._worker
         if w is None:
             raise RuntimeError("The worker process is shutdown.")
         with w.lock:
-            w.send(_STATS)
+            w.send(_QUERY + name)
             held: list[bytes] = []
             while True:
                 msg = w.recv("answer")
@@ -676,6 +739,7 @@ def iterate_in_subprocess(
         daemon,
         shm_bytes,
     )
+    worker.credit_step = (buffer_size + 1) // 2
     try:
         msg = worker.recv("initialize")
     except BaseException:
@@ -750,6 +814,12 @@ class _PipelineEpochs:
     def _stats(self) -> Any:
         return None if self.pipeline is None else self.pipeline.stats()
 
+    def _running(self) -> bool:
+        return bool(getattr(self.pipeline, "_running", False))
+
+    def _source_state(self) -> Any:
+        return None if self.pipeline is None else self.pipeline._source_state()
+
 
 def run_pipeline_in_subprocess(
     config_or_builder: Any,
@@ -815,7 +885,9 @@ def run_pipeline_in_subprocess(
     inits = [_RestoreRNG(_capture_rng())] + _initializers(kwargs.pop("initializer", None))
     import functools
 
-    return iterate_in_subprocess(functools.partial(_PipelineEpochs, config, build_args), initializer=inits, **kwargs)
+    it = iterate_in_subprocess(functools.partial(_PipelineEpochs, config, build_args), initializer=inits, **kwargs)
+    it._keep_leftovers = bool(getattr(config.src, "continuous", False))
+    return it
 
 
 def _check_pickles(config: Any) -> None:
