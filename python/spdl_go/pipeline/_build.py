@@ -24,10 +24,10 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from .. import _callbacks
 from ..ops import NativeOp
@@ -251,9 +251,9 @@ def _build_region(config: PipelineConfig, settings: BuildConfig, sub: BuildConfi
         "cpu_budget": settings.cpu_budget,
     }
     src = config.src
-    upstream: Pipeline | Any
+    upstream: Pipeline | Iterable[Any]
     if k == 0 and isinstance(src, SourceConfig) and _region.plain_iterable(src.source):
-        upstream = src.source  # read by the region's feeder thread itself
+        upstream = cast(Iterable[Any], src.source)  # read by the region's feeder thread itself
     else:
         upstream = _build(PipelineConfig(src, pipes[:k], SinkConfig(2)), sub)
     try:
