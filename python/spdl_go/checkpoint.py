@@ -88,9 +88,10 @@ class ResumableSource:
 
         Args:
             pipeline: A pipeline built from ``self.source`` with
-                ``add_source(..., continuous=True)``: each call reads one
-                epoch, and a call after one left unfinished reads on in
-                that epoch (its progress carries on).
+                ``add_source(..., continuous=True)``, or such a pipeline's
+                config run by ``run_pipeline_in_subprocess``: each call
+                reads one epoch, and a call after one left unfinished
+                reads on in that epoch (its progress carries on).
             index: Returns a batch's indices (a tensor, an Arrow array or a
                 sequence of ints). By default ``batch["__index__"]`` of a
                 dict batch, each sample's ``"__index__"`` in a list of
