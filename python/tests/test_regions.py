@@ -356,3 +356,32 @@ def test_a_stage_that_cannot_load_in_a_subinterpreter_fails_the_build():
     )
     with pytest.raises(ValueError, match="'asarray' cannot run in a subinterpreter"):
         b.build()
+
+
+def _fails_at_5():
+    for i in range(10):
+        if i == 5:
+            raise OSError("the source broke at 5")
+        yield i
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_a_failing_source_fails_the_epoch_and_names_its_error(before):
+    b = PipelineBuilder().add_source(_fails_at_5())
+    if before:  # read through the pipeline of the stages before the region
+        b = b.pipe(fns.plus_one)
+    p = b.to(POOL2).pipe(fns.square).to(MAIN_PROCESS).add_sink(2).build()
+    with p:
+        t0 = time.monotonic()
+        with pytest.raises(PipelineFailure) as e, p.auto_stop():
+            list(p)
+        assert time.monotonic() - t0 < 10
+    assert "the source broke at 5" in repr(e.value.exceptions) + repr([x.__cause__ for x in e.value.exceptions])
+
+
+def test_a_native_source_feeds_a_region():
+    from spdl_go import sources
+
+    p = PipelineBuilder().add_source(sources.arange(12)).to(POOL2).pipe(fns.square).to(MAIN_PROCESS).add_sink(2).build()
+    with p, p.auto_stop():
+        assert sorted(p) == [i * i for i in range(12)]
