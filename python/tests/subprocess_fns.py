@@ -152,3 +152,29 @@ def arrays() -> list[dict[str, Any]]:
             "big_endian": np.arange(2000, dtype=">i4"),  # not native: pickled
         }
     ]
+
+
+def arrow_ints() -> list[Any]:
+    import pyarrow as pa
+
+    return [pa.array(np.arange(5000, dtype=np.int64) * k) for k in range(3)]
+
+
+def arrow_nested() -> list[Any]:
+    import pyarrow as pa
+
+    rows = [{"name": f"row{i}", "vals": list(range(i % 7))} for i in range(3000)]
+    return [pa.array(rows).slice(100, 2500)]  # an offset into its buffers, too
+
+
+class _EngineArrow:
+    """Arrow columns the engine makes (collate of ints, numbers="arrow")."""
+
+    def __iter__(self) -> Iterator[Any]:
+        p = PipelineBuilder().add_source(range(3 * 1024)).aggregate(1024).pipe(ops.collate()).add_sink(2).build()
+        with p.auto_stop():
+            yield from p
+
+
+def arrow_from_the_engine() -> Any:
+    return _EngineArrow()

@@ -359,3 +359,27 @@ def test_resumable_source_tracks_a_pipeline_in_a_worker(tmp_path):
     with run(again) as it:
         rest = [i for b in again.track(it, index=idx) for i in idx(b)]
     assert seen + rest == whole
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        fns.arrow_ints,
+        fns.arrow_nested,
+        fns.arrow_from_the_engine,
+    ],
+)
+def test_arrow_arrays_cross_through_shared_memory(make):
+    pa = pytest.importorskip("pyarrow")
+    with iterate_in_subprocess(make) as it:
+        got = list(it)
+    want = list(make())
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        w = pa.array(w) if not isinstance(w, pa.Array) else w
+        assert isinstance(g, pa.Array) and g.equals(w)
+        # Every buffer of 4 KiB or more lies in the shared memory.
+        big = [b for b in g.buffers() if b is not None and b.size >= 4096]
+        assert big and all(_in_shared_memory(b.address) for b in big)
+    del got
+    gc.collect()

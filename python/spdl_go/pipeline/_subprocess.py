@@ -4,15 +4,18 @@
 The parent makes a memfd (anonymous shared memory: it has no name to leak,
 and is gone once both processes have closed and unmapped it) and hands it to
 the child, whose engine then allocates its tensor buffers there
-(``spdl_shm_arena``). A tensor in an item is pickled as the offsets of its
-buffer (``spdl_shm_lend``), and the parent makes a tensor over the same pages
-(``spdl_shm_tensor``); its last reference, dropped on any thread, gives the
-buffer back to the child through a counter in the shared memory. Everything
-else in an item is pickled as usual.
+(``spdl_shm_arena``). A tensor in an item is pickled as a descriptor of its
+buffer (``spdl_shm_lend_desc``: offsets, dtype, shape, strides), and the
+parent makes a tensor over the same pages (``spdl_shm_tensor_desc``); its
+last reference, dropped on any thread, gives the buffer back to the child
+through a counter in the shared memory. numpy arrays and Arrow buffers of
+4 KiB or more are copied once into arena tensors and cross the same way.
+Everything else in an item is pickled as usual; an item that is one tensor
+or array is not pickled at all.
 
 Messages go over a socket pair, a tag byte and a payload each way. The child
-keeps at most ``buffer_size`` items ahead of the parent: the parent sends a
-credit for each item it hands out.
+keeps at most ``buffer_size`` items ahead of the parent: the parent sends
+credits back as it hands items out.
 """
 
 from __future__ import annotations
@@ -92,15 +95,29 @@ class _Lender(pickle.Pickler):
             import numpy
 
             return ("n", numpy.ascontiguousarray(numpy.from_dlpack(obj)))
-        if type(obj) is ArrowArray:
-            import pyarrow
-
-            return ("a", pyarrow.array(obj))  # pickled by value (a copy)
         np = sys.modules.get("numpy")
         if np is not None and type(obj) is np.ndarray and obj.nbytes >= _OFFLOAD_BYTES:
             desc = _offload(np, obj)
             return None if desc is None else ("np", desc)
+        pa = sys.modules.get("pyarrow")
+        if pa is not None and isinstance(obj, pa.Buffer) and obj.size >= _OFFLOAD_BYTES and obj.is_cpu:
+            desc = _offload_buffer(obj)
+            return None if desc is None else ("ab", desc)
         return None
+
+    def reducer_override(self, obj: Any) -> Any:
+        # An engine Arrow column is pickled as the pyarrow array over it
+        # (no copy); pyarrow's own reduction then hands each of its buffers
+        # to persistent_id, so nested types and offsets need nothing here.
+        if type(obj) is ArrowArray:
+            import pyarrow
+
+            return (_itself, (pyarrow.array(obj),))
+        return NotImplemented
+
+
+def _itself(x: Any) -> Any:
+    return x
 
 
 # numpy arrays this large (SPDL's threshold) are copied once into the
@@ -137,6 +154,21 @@ def _offload(np: Any, a: Any) -> bytes | None:
     if desc is None:
         return None  # from malloc: the arena is full
     np.copyto(np.from_dlpack(t), a, casting="no")
+    return desc
+
+
+def _offload_buffer(buf: Any) -> bytes | None:
+    """An Arrow buffer copied once into an arena tensor (uint8) and lent
+    (its descriptor); None (pickle it) when the arena is full."""
+    shape = (c_int64 * 1)(buf.size)
+    ptr = _lib.LIB.spdl_tensor_alloc(1, shape, 1, 8, 1)
+    if not ptr:
+        return None
+    t = Tensor._adopt(ptr)
+    desc = _lend(ptr)
+    if desc is None:
+        return None
+    ctypes.memmove(t._view().data, buf.address, buf.size)
     return desc
 
 
@@ -358,6 +390,13 @@ class _Borrower(pickle.Unpickler):
         kind = pid[0]
         if kind in ("t", "np") and len(pid) == 2:
             return self.tensor(self._map, kind, pid[1])
+        if kind == "ab" and len(pid) == 2:
+            import pyarrow
+
+            t = self.tensor(self._map, "t", pid[1])
+            v = t._view()
+            # The buffer holds the tensor, which holds the lent pages.
+            return pyarrow.foreign_buffer(v.data, v.shape[0], base=t)
         if kind in ("n", "a"):
             return pid[1]
         raise pickle.UnpicklingError(f"spdl_go: unknown persistent id {kind!r}")
@@ -687,7 +726,8 @@ def iterate_in_subprocess(
     allocates them in shared memory, and the parent's tensor reads the same
     pages; dropping it gives the buffer back. numpy arrays of 4 KiB or more
     are copied once into that memory in the worker and arrive as arrays
-    over it. The rest of an item is pickled.
+    over it, and so are the buffers of Arrow columns (as pyarrow arrays).
+    The rest of an item is pickled.
 
     Args:
         fn: Called once in the worker, with no arguments, after the
