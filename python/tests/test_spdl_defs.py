@@ -267,6 +267,30 @@ def test_json_refuses_python_code_naming_it():
         PipelineBuilder().add_source(sources.arange(3)).pipe(square, name="sq").add_sink(1).get_config().to_json()
 
 
+def test_json_round_trip_keeps_regions():
+    from spdl_go.pipeline.defs import MAIN_PROCESS, PlacementConfig, ProcessPoolExecutorConfig
+
+    config = (
+        PipelineBuilder()
+        .add_source(sources.arange(8))
+        .to(ProcessPoolExecutorConfig(max_workers=2, mp_context="forkserver"), buffer_size=4)
+        .pipe(ops.identity())
+        .to(MAIN_PROCESS, buffer_size=2)
+        .add_sink(2)
+        .get_config()
+    )
+    back = PipelineConfig.from_json(config.to_json())
+    assert back == config and isinstance(back.pipes[0], PlacementConfig)
+    with pytest.raises(TypeError, match="has an initializer"):
+        PipelineConfig(
+            config.src,
+            [PlacementConfig(ProcessPoolExecutorConfig(initializer=print)), *config.pipes[1:]],
+            config.sink,
+        ).to_json()
+    with pytest.raises(ValueError, match=r"pipes\[0\].target must be 'process_pool'"):
+        PipelineConfig.from_json(config.to_json().replace('"process_pool"', '"cluster"'))
+
+
 @pytest.mark.parametrize(
     "text,message",
     [
@@ -276,7 +300,7 @@ def test_json_refuses_python_code_naming_it():
         ('{"format": "spdl_go.pipeline/1", "src": 1}', "src must be a JSON object"),
         (
             '{"format": "spdl_go.pipeline/1", "src": {"kind": "range", "options": {}}, "pipes": [{"type": "x"}]}',
-            r"pipes\[0\].type must be 'pipe', 'aggregate' or 'disaggregate', got 'x'",
+            r"pipes\[0\].type must be 'pipe', 'aggregate', 'disaggregate' or 'to', got 'x'",
         ),
         (
             '{"format": "spdl_go.pipeline/1", "src": {"kind": "range", "options": {}},'

@@ -644,7 +644,7 @@ class PipelineConfig:
                     "a PathVariants stage cannot be serialised"
                 )
             elif isinstance(st, PlacementConfig):
-                raise TypeError(f"{where} pipes[{i}] ({st!r}) opens or closes a region; regions cannot be serialised")
+                pipes.append(_placement_dict(st, f"{where} pipes[{i}] ({st!r})"))
             else:
                 pipes.append({"type": "disaggregate"})
         return {
@@ -690,7 +690,7 @@ class PipelineConfig:
                 ),
                 continuous=_expect(src.get("continuous", False), bool, f"{where}: src.continuous"),
             )
-        pipes: list[StageConfig] = []
+        pipes: list[StageConfig | PlacementConfig] = []
         for i, p in enumerate(_expect(obj.get("pipes"), list, f"{where}: pipes")):
             at = f"{where}: pipes[{i}]"
             _expect(p, dict, at)
@@ -715,13 +715,44 @@ class PipelineConfig:
                 pipes.append(AggregateConfig(p.get("num_items"), drop_last=p.get("drop_last", False)))
             elif kind == "disaggregate":
                 pipes.append(DisaggregateConfig())
+            elif kind == "to":
+                pipes.append(_placement_from(p, at))
             else:
-                raise ValueError(f"{at}.type must be 'pipe', 'aggregate' or 'disaggregate', got {kind!r}")
+                raise ValueError(f"{at}.type must be 'pipe', 'aggregate', 'disaggregate' or 'to', got {kind!r}")
         sink = _expect(obj.get("sink"), dict, f"{where}: sink")
         return cls(source, pipes, SinkConfig(sink.get("buffer_size", 3)))
 
 
 _JSON_FORMAT = "spdl_go.pipeline/1"
+
+
+def _placement_dict(st: PlacementConfig, where: str) -> dict[str, Any]:
+    """A region marker as JSON: its target's kind and settings."""
+    t = st.target
+    out: dict[str, Any] = {"type": "to", "buffer_size": st.buffer_size}
+    if isinstance(t, _MainProcess):
+        return {**out, "target": "main_process"}
+    if t.initializer is not None:
+        raise TypeError(f"{where} has an initializer (Python code); it cannot be serialised")
+    out["max_workers"] = t.max_workers
+    if isinstance(t, ProcessPoolExecutorConfig):
+        return {**out, "target": "process_pool", "mp_context": t.mp_context}
+    return {**out, "target": "interpreter_pool"}
+
+
+def _placement_from(p: dict[str, Any], at: str) -> PlacementConfig:
+    kind = p.get("target")
+    workers = p.get("max_workers")
+    target: ProcessPoolExecutorConfig | InterpreterPoolExecutorConfig | _MainProcess
+    if kind == "main_process":
+        target = MAIN_PROCESS
+    elif kind == "process_pool":
+        target = ProcessPoolExecutorConfig(max_workers=workers, mp_context=p.get("mp_context"))
+    elif kind == "interpreter_pool":
+        target = InterpreterPoolExecutorConfig(max_workers=workers)
+    else:
+        raise ValueError(f"{at}.target must be 'process_pool', 'interpreter_pool' or 'main_process', got {kind!r}")
+    return PlacementConfig(target, buffer_size=p.get("buffer_size", 1))
 
 
 def _expect(v: Any, t: type, what: str) -> Any:
