@@ -13,9 +13,10 @@ the code that reads them for the build) when a config is constructed, so
 a bad argument fails where it is given; Python checks only what Go cannot
 see (callables, iterables, executors).
 
-A config made only of native ops (``spdl_go.ops``) and native sources
-(``spdl_go.sources``) can be saved as JSON (``PipelineConfig.to_json``)
-and read back (``PipelineConfig.from_json``).
+A config made only of native ops (``spdl_go.ops``), native sources
+(``spdl_go.sources``) and region markers without an initializer can be
+saved as JSON (``PipelineConfig.to_json``) and read back
+(``PipelineConfig.from_json``).
 
 Example:
     >>> from spdl_go import ops, sources
