@@ -69,9 +69,6 @@ def interp_id(x: int) -> tuple[int, int]:
     return x, _interpreters.get_current()[0]
 
 
-MARK: list[str] = []
-
-
 def set_mark(value: str) -> None:
     os.environ["SPDL_GO_REGION_MARK"] = value
 

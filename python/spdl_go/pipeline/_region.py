@@ -275,20 +275,21 @@ class _Pool:
     ) -> None:
         self.name = name
         stages = [_strip_executors(s) for s in stages]
-        for st in stages:
-            try:
-                pickle.dumps(st)
-            except Exception as e:  # noqa: BLE001
-                raise ValueError(
-                    f"to: stage {getattr(st, 'name', type(st).__name__)!r} of the region {name} cannot be sent to "
-                    f"its worker processes (it is pickled): {e}. Use importable functions (not lambdas or closures)."
-                ) from e
         try:
             payload = pickle.dumps((stages, build_args, out_buf, target.initializer, target.initargs))
-        except Exception as e:  # noqa: BLE001
+        except Exception as whole:  # noqa: BLE001  (name the part that does not pickle)
+            for st in stages:
+                try:
+                    pickle.dumps(st)
+                except Exception as e:  # noqa: BLE001
+                    raise ValueError(
+                        f"to: stage {getattr(st, 'name', type(st).__name__)!r} of the region {name} cannot be sent "
+                        f"to its worker processes (it is pickled): {e}. Use importable functions (not lambdas or "
+                        "closures)."
+                    ) from e
             raise ValueError(
-                f"to: the initializer or initargs of the region {name} cannot be sent to its worker processes: {e}"
-            ) from e
+                f"to: the initializer or initargs of the region {name} cannot be sent to its worker processes: {whole}"
+            ) from whole
         self.workers: list[_Worker] = []
         self.open: list[bool] = []  # a worker's epoch has not sent its "done" yet
         try:

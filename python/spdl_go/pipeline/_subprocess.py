@@ -60,7 +60,7 @@ _START, _STOP, _ABORT, _CREDIT = b"start", b"stop", b"abort", b"c"
 _QUERY = b"q"
 _QUERIES = (b"stats", b"running", b"source_state")
 # Child -> parent tags (first byte).
-_READY, _INIT_FAILED, _STARTED, _ITEM, _FINISHED, _FAILED, _UNEXPECTED, _STATS_REPLY = (
+_READY, _INIT_FAILED, _STARTED, _ITEM, _FINISHED, _FAILED, _UNEXPECTED, _ANSWER = (
     b"R",
     b"I",
     b"S",
@@ -137,6 +137,20 @@ def _lend(ptr: int) -> bytes | None:
     return string_at(_DESC, n) if n > 0 else None
 
 
+def _arena_copy(ndim: int, shape: Any, code: int, bits: int, fill: Callable[[Tensor], object]) -> bytes | None:
+    """A new arena tensor, filled by ``fill`` and lent: its descriptor;
+    None (pickle the value instead) when the arena is full."""
+    ptr = _lib.LIB.spdl_tensor_alloc(ndim, shape, code, bits, 1)
+    if not ptr:
+        return None
+    t = Tensor._adopt(ptr)
+    desc = _lend(ptr)
+    if desc is None:
+        return None  # from malloc: the arena is full
+    fill(t)
+    return desc
+
+
 def _offload(np: Any, a: Any) -> bytes | None:
     """A numpy array copied into an arena tensor and lent (its descriptor);
     None (pickle it) when its dtype has no DLPack code or the arena is
@@ -145,31 +159,21 @@ def _offload(np: Any, a: Any) -> bytes | None:
     code = _DL_CODES.get(dt.kind)
     if code is None or not dt.isnative or dt.fields is not None or dt.subdtype is not None:
         return None
-    shape = (c_int64 * a.ndim)(*a.shape)
-    ptr = _lib.LIB.spdl_tensor_alloc(a.ndim, shape, code, dt.itemsize * 8, 1)
-    if not ptr:
-        return None
-    t = Tensor._adopt(ptr)
-    desc = _lend(ptr)
-    if desc is None:
-        return None  # from malloc: the arena is full
-    np.copyto(np.from_dlpack(t), a, casting="no")
-    return desc
+    return _arena_copy(
+        a.ndim,
+        (c_int64 * a.ndim)(*a.shape),
+        code,
+        dt.itemsize * 8,
+        lambda t: np.copyto(np.from_dlpack(t), a, casting="no"),
+    )
 
 
 def _offload_buffer(buf: Any) -> bytes | None:
     """An Arrow buffer copied once into an arena tensor (uint8) and lent
     (its descriptor); None (pickle it) when the arena is full."""
-    shape = (c_int64 * 1)(buf.size)
-    ptr = _lib.LIB.spdl_tensor_alloc(1, shape, 1, 8, 1)
-    if not ptr:
-        return None
-    t = Tensor._adopt(ptr)
-    desc = _lend(ptr)
-    if desc is None:
-        return None
-    ctypes.memmove(t._view().data, buf.address, buf.size)
-    return desc
+    return _arena_copy(
+        1, (c_int64 * 1)(buf.size), 1, 8, lambda t: ctypes.memmove(t._view().data, buf.address, buf.size)
+    )
 
 
 def _dumps(item: Any) -> bytes:
@@ -294,7 +298,7 @@ def _answer(conn: multiprocessing.connection.Connection, iterable: Any, cmd: byt
         answer = get() if get is not None else None
     except Exception:  # noqa: BLE001  (a closed pipeline: nothing to tell)
         answer = None
-    conn.send_bytes(_STATS_REPLY + pickle.dumps(answer))
+    conn.send_bytes(_ANSWER + pickle.dumps(answer))
 
 
 def _serve(conn: multiprocessing.connection.Connection, iterable: Iterable[Any], buffer_size: int) -> None:
@@ -639,7 +643,7 @@ class SubprocessIterable(Iterable[T]):
                 if self._keep_leftovers:
                     kept.append(item)
                 del item
-            elif tag in (_FINISHED, _STATS_REPLY):
+            elif tag in (_FINISHED, _ANSWER):
                 continue
             elif tag == _FAILED:
                 err = _remote_error(msg[1:])
@@ -677,7 +681,7 @@ class SubprocessIterable(Iterable[T]):
             held: list[bytes] = []
             while True:
                 msg = w.recv("answer")
-                if msg[:1] == _STATS_REPLY:
+                if msg[:1] == _ANSWER:
                     w.pending = held + w.pending
                     return pickle.loads(msg[1:])
                 held.append(msg)
