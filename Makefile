@@ -132,7 +132,7 @@ FUZZ_TARGETS := ./core/wire:FuzzDecode:200000x ./core/media/img:FuzzDecodeImage:
 	./core/sampler:FuzzResume:20000x ./core/sources:FuzzTarShard:20000x \
 	./core/sources:FuzzTableFile:20000x ./core/formats:FuzzNpy:100000x \
 	./core/formats:FuzzNpz:100000x ./core/formats:FuzzWAV:100000x ./core/formats:FuzzTar:100000x \
-	./core/tensor:FuzzSharedDescriptor:100000x
+	./core/tensor:FuzzSharedDescriptor:100000x ./core/wire:FuzzReadFrame:100000x
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; n=$${rest##*:}; \

@@ -29,9 +29,13 @@ and the loader alone (no training step) for scale.
 
 Then the handoff: what one (32, 224, 224, 3) uint8 batch costs to reach
 the loop, in µs, from a pipeline that only passes one ready batch on
-(--handoff-batches times): in-process spdl-go (the anchor), spdl-go from a
-worker process (shared memory; the target is at most the anchor + 10 µs),
-SPDL from a worker process (pickled through its queue), and SPDL with its
+(--handoff-batches times; its source makes the batch with the engine and
+yields it again and again): the pipeline built in-process (the anchor);
+the same pipeline through run_pipeline_in_subprocess (shared memory,
+served from Go in the worker; the target is at most the anchor + 10 µs);
+the source alone through iterate_in_subprocess (a Python iterable: the
+worker's Python sends each batch); SPDL's iterate_in_subprocess over one
+numpy batch (pickled through its queue), and with its
 SharedMemorySegmentPool arena.
 
     python benchmarks/bench_placement.py [--images 1280] [--step-ms 25] [--repeat 3]
@@ -99,8 +103,9 @@ def zeros(_: int) -> Any:
 
 
 class OneBatchRepeated:
-    """An spdl-go pipeline that passes one ready (32, 224, 224, 3) uint8
-    batch on n times: what it costs to hand a batch over."""
+    """A source that makes one (32, 224, 224, 3) uint8 batch with the
+    engine (a collate, in the process it runs in) and passes it on n
+    times: what it costs to hand a batch over."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -113,9 +118,14 @@ class OneBatchRepeated:
         p = make.add_sink(1).build(num_threads=1)
         with p.auto_stop():
             (batch,) = list(p)
-        q = spdl_go.PipelineBuilder().add_source([batch] * self.n).add_sink(3).build(num_threads=1)
-        with q.auto_stop():
-            yield from q
+        for _ in range(self.n):
+            yield batch
+
+
+def _handoff_config(n: int) -> Any:
+    import spdl_go
+
+    return spdl_go.PipelineBuilder().add_source(OneBatchRepeated(n)).add_sink(3).get_config()
 
 
 class OneArrayRepeated:
@@ -253,8 +263,16 @@ def handoff(kind: str, n: int) -> None:
     import functools
 
     if kind == "handoff-spdl-go-inprocess":
-        it: Any = OneBatchRepeated(n)
+        from spdl_go.pipeline import build_pipeline
+
+        p = build_pipeline(_handoff_config(n), num_threads=1)
+        p.start()
+        it: Any = p
     elif kind == "handoff-spdl-go-subprocess":
+        from spdl_go.pipeline import run_pipeline_in_subprocess
+
+        it = run_pipeline_in_subprocess(_handoff_config(n), num_threads=1)
+    elif kind == "handoff-spdl-go-iterate":
         from spdl_go.pipeline import iterate_in_subprocess
 
         it = iterate_in_subprocess(functools.partial(OneBatchRepeated, n))
@@ -321,6 +339,7 @@ def main() -> None:
     hcfgs = [
         ("in-process spdl-go", "handoff-spdl-go-inprocess"),
         ("spdl-go subprocess (shared memory)", "handoff-spdl-go-subprocess"),
+        ("spdl-go iterate_in_subprocess, a Python iterable (shared memory)", "handoff-spdl-go-iterate"),
     ]
     if have_spdl:
         hcfgs += [

@@ -18,6 +18,9 @@
  *   SPDL_OK       0   success; for spdl_pipeline_next, *out holds one item
  *   SPDL_END      1   spdl_pipeline_next: the epoch has ended; start another
  *   SPDL_TIMEOUT  2   spdl_pipeline_next: nothing arrived within the timeout
+ *   SPDL_MESSAGE  3   spdl_pipeline_serve: *out holds a message from the peer
+ *   SPDL_PEER     4   spdl_pipeline_serve: the socket to the peer failed or
+ *                     closed; *err says how
  *   SPDL_ERROR   -1   failure; *err (when err is not NULL) is set to a
  *                     malloc'd UTF-8 message the caller frees with spdl_free
  *   SPDL_INVALID -2   spdl_io_*: the request or its options are invalid
@@ -52,6 +55,8 @@ extern "C" {
 #define SPDL_OK 0
 #define SPDL_END 1
 #define SPDL_TIMEOUT 2
+#define SPDL_MESSAGE 3
+#define SPDL_PEER 4
 #define SPDL_ERROR (-1)
 #define SPDL_INVALID (-2)
 
@@ -170,6 +175,20 @@ int spdl_cuda_status(const char *paths_json, char **out_json, char **err);
  *   checkpoint needs, as JSON (null for sources that keep nothing; for
  *   webdataset and table sources {"sizes": {unit: samples}}, the sample
  *   counts of the shards or parts known so far); caller frees.
+ * spdl_pipeline_serve: in a worker process, sends items to the parent over
+ *   the socket fd (blocking; the caller keeps it) in the framing of Python's
+ *   multiprocessing.Connection, as spdl_go's subprocess protocol has it
+ *   (python/spdl_go/pipeline/_subprocess.py): an item that is one tensor in
+ *   the shared arena (spdl_shm_arena) goes as b"D\x01" and its descriptor
+ *   (spdl_shm_lend_desc), and the worker's reference is dropped. One item
+ *   sent takes one of *credits; at 0 it reads the parent's messages:
+ *   b"c<n>" adds n (in ASCII), anything else returns SPDL_MESSAGE with the
+ *   message in *out (caller frees). It returns SPDL_OK, with the item in
+ *   *out as spdl_pipeline_next gives it, for any other item (the caller
+ *   sends it); SPDL_END and SPDL_ERROR as spdl_pipeline_next; SPDL_TIMEOUT
+ *   when a wait (for an item, or for credits) took timeout_us (< 0:
+ *   forever); SPDL_PEER when the socket failed or the parent closed it.
+ *   *credits is updated on every return.
  * spdl_pipeline_free: invalidates the handle and stops the pipeline. With
  *   wait_ms < 0 it returns once every thread of the pipeline has finished;
  *   with wait_ms == 0 it returns at once and the stop completes in the
@@ -186,6 +205,7 @@ int spdl_pipeline_stop(uint64_t pipeline, char **err);
 int spdl_pipeline_failure(uint64_t pipeline, char **out_json, char **err);
 int spdl_pipeline_stats(uint64_t pipeline, char **out_json, char **err);
 int spdl_pipeline_source_state(uint64_t pipeline, char **out_json, char **err);
+int spdl_pipeline_serve(uint64_t pipeline, int fd, int64_t timeout_us, int64_t *credits, spdl_buf *out, char **err);
 int spdl_pipeline_free(uint64_t pipeline, int64_t wait_ms, char **err);
 
 /* Tracing for the Chrome / Perfetto trace viewer.

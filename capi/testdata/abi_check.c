@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "spdl.h"
@@ -64,6 +65,8 @@ static void check_handle_zero(void) {
   EXPECT_ERROR("spdl_pipeline_source_state(0)", spdl_pipeline_source_state(h, &out, &err));
   EXPECT_ERROR("spdl_pipeline_trace_start(0)", spdl_pipeline_trace_start(h, 10, &err));
   EXPECT_ERROR("spdl_pipeline_trace_write(0)", spdl_pipeline_trace_write(h, "/nonexistent", &err));
+  int64_t credits = 1;
+  EXPECT_ERROR("spdl_pipeline_serve(0)", spdl_pipeline_serve(h, -1, 0, &credits, &buf, &err));
   EXPECT_ERROR("spdl_pipeline_free(0)", spdl_pipeline_free(h, -1, &err));
   CHECK(out == NULL && buf.data == NULL, "failed calls leave their outputs untouched");
 }
@@ -167,6 +170,70 @@ static void check_shm(void) {
         "spdl_tensor_alloc(a negative dimension, 7 bits) -> NULL");
   spdl_shm_unmap(m);
   if (fd >= 0) close(fd);
+}
+
+// put_frame writes one message as Python's multiprocessing.Connection does:
+// a big-endian int32 length, then the bytes.
+static void put_frame(int fd, const char *msg) {
+  uint32_t n = (uint32_t)strlen(msg);
+  uint8_t b[256] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+  memcpy(b + 4, msg, n);
+  CHECK(write(fd, b, 4 + n) == (ssize_t)(4 + n), "a frame to the worker's end");
+}
+
+// get_frame reads one frame into b (cap bytes): its length, or -1.
+static int get_frame(int fd, uint8_t *b, int cap) {
+  uint8_t h[4];
+  if (read(fd, h, 4) != 4) return -1;
+  int n = (int)((uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3]);
+  if (n > cap || read(fd, b, (size_t)n) != n) return -1;
+  return n;
+}
+
+// check_serve serves a pipeline's tensors over a socket pair, as a worker
+// process does (the arena from check_shm is in place): two credits, two
+// lent tensors, a command handed back, then the rest after more credits.
+static void check_serve(void) {
+  static const char spec[] =
+      "{\"source\": {\"kind\": \"range\", \"start\": 0, \"stop\": 3, \"step\": 1},"
+      " \"stages\": [{\"kind\": \"pipe\", \"name\": \"t\", \"concurrency\": 1,"
+      " \"op\": {\"kind\": \"native\", \"name\": \"to_tensor\", \"options\": {}}}]}";
+  char *err = NULL;
+  uint64_t h = 0;
+  int sv[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+  CHECK(spdl_pipeline_new(spec, sizeof spec - 1, &h, &err) == SPDL_OK && spdl_pipeline_start(h, &err) == SPDL_OK,
+        "spdl_pipeline_new, start (to serve)");
+  spdl_buf out = {NULL, 0};
+  int64_t credits = 0;
+  put_frame(sv[1], "c2");
+  put_frame(sv[1], "qstats");
+  int rc = spdl_pipeline_serve(h, sv[0], 10 * 1000 * 1000, &credits, &out, &err);
+  CHECK(rc == SPDL_MESSAGE && out.len == 6 && memcmp(out.data, "qstats", 6) == 0 && credits == 0,
+        "spdl_pipeline_serve: 2 items, then the parent's message back (rc %d, credits %" PRId64 ") %s", rc, credits,
+        err ? err : "");
+  spdl_free(out.data);
+  out.data = NULL;
+  uint8_t b[256];
+  for (int i = 0; i < 2; i++) {
+    int n = get_frame(sv[1], b, sizeof b);
+    CHECK(n == 2 + 24 && b[0] == 'D' && b[1] == 1, "spdl_pipeline_serve: item %d is a lent tensor (%d bytes)", i, n);
+  }
+  rc = spdl_pipeline_serve(h, sv[0], 1000, &credits, &out, &err);
+  CHECK(rc == SPDL_TIMEOUT, "spdl_pipeline_serve with no credits and no message -> SPDL_TIMEOUT (rc %d)", rc);
+  put_frame(sv[1], "c5");
+  rc = spdl_pipeline_serve(h, sv[0], 10 * 1000 * 1000, &credits, &out, &err);
+  CHECK(rc == SPDL_END && credits == 4 && get_frame(sv[1], b, sizeof b) == 26,
+        "spdl_pipeline_serve: the last item, then SPDL_END (rc %d, credits %" PRId64 ")", rc, credits);
+  credits = 0;
+  close(sv[1]);
+  rc = spdl_pipeline_serve(h, sv[0], 10 * 1000 * 1000, &credits, &out, &err);
+  CHECK(rc == SPDL_PEER && err != NULL, "spdl_pipeline_serve, the parent gone -> SPDL_PEER: %s",
+        err ? err : "(no message)");
+  spdl_free(err);
+  err = NULL;
+  close(sv[0]);
+  CHECK(spdl_pipeline_free(h, -1, &err) == SPDL_OK, "spdl_pipeline_free (served)");
 }
 
 static void check_io(void) {
@@ -295,6 +362,7 @@ int main(int argc, char **argv) {
   check_pipeline(dir);
   check_io();
   check_shm();
+  check_serve();
 
   rc = spdl_mem_stats(&out, &err);
   expect_json("spdl_mem_stats", rc, out, err, "\"live_tensors\"");

@@ -219,6 +219,19 @@ func (e *Encoded) Release() {
 	C.free(p)
 }
 
+// Tensor returns the spdl_tensor* when the encoded value is one tensor
+// (a collated batch), else nil. e keeps its reference.
+func (e *Encoded) Tensor() unsafe.Pointer {
+	if e.data == nil || e.n != 9 {
+		return nil
+	}
+	b := unsafe.Slice((*byte)(e.data), e.n)
+	if b[0] != tagTensor {
+		return nil
+	}
+	return cPointer(binary.LittleEndian.Uint64(b[1:]))
+}
+
 func (e *Encoded) String() string { return fmt.Sprintf("<encoded item, %d bytes>", e.n) }
 
 // releaseEncoded walks encoded bytes and releases what they refer to.

@@ -322,11 +322,15 @@ def unregister(source_ids: Sequence[int], stage_ids: Sequence[int]) -> None:
         stages.pop(i, None)
 
 
-def make_encoder(split_levels: int, native: bool) -> Encoder:
+def make_encoder(split_levels: int, native: bool | None) -> Encoder:
     """How a stage's output must travel: structured when a native op reads
-    it, opaque (exactly as returned) when Python does; lists that a
-    disaggregate will split are sent as lists around their elements."""
-    leaf: Encoder = _codec.encode if native else _codec.encode_opaque
+    it, opaque (exactly as returned) when Python does; for a worker
+    process's server (``native`` None), opaque but for a ``Tensor``, which
+    the server lends to the parent. Lists that a disaggregate will split
+    are sent as lists around their elements."""
+    leaf: Encoder = (
+        _codec.encode if native else _codec.encode_opaque if native is False else _codec.encode_tensor_or_opaque
+    )
     if split_levels == 0:
         return leaf
     inner = make_encoder(split_levels - 1, native)

@@ -118,6 +118,13 @@ def encode_opaque(obj: Any) -> bytes:
     return b"O" + _U64.pack(_register(obj))
 
 
+def encode_tensor_or_opaque(obj: Any) -> bytes:
+    """A ``Tensor`` as a tensor (a new reference), anything else opaque."""
+    if type(obj) is Tensor:
+        return b"D" + _U64.pack(obj._new_ref())
+    return b"O" + _U64.pack(_register(obj))
+
+
 def _encode(out: bytearray, obj: Any, depth: int, plain: bool = False) -> None:
     if depth > 64:
         raise ValueError("value nested deeper than 64 levels")
@@ -235,4 +242,4 @@ def _decode(buf: memoryview, pos: int) -> tuple[Any, int]:
     raise ValueError(f"spdl_go: unknown wire tag {tag:#04x} at byte {pos - 1}")
 
 
-__all__ = ["decode", "encode", "encode_opaque", "live_objects", "release_object"]
+__all__ = ["decode", "encode", "encode_opaque", "encode_tensor_or_opaque", "live_objects", "release_object"]

@@ -29,7 +29,9 @@ __all__ = [
     "LIB",
     "SPDL_END",
     "SPDL_ERROR",
+    "SPDL_MESSAGE",
     "SPDL_OK",
+    "SPDL_PEER",
     "SPDL_TIMEOUT",
     "SpdlBuf",
     "call",
@@ -41,6 +43,8 @@ __all__ = [
 SPDL_OK = 0
 SPDL_END = 1
 SPDL_TIMEOUT = 2
+SPDL_MESSAGE = 3
+SPDL_PEER = 4
 SPDL_ERROR = -1
 
 
@@ -210,6 +214,7 @@ _SIGNATURES: dict[str, tuple[list, object]] = {
     "spdl_pipeline_stats": ([c_uint64, POINTER(c_void_p), _ERR], c_int),
     "spdl_pipeline_failure": ([c_uint64, POINTER(c_void_p), _ERR], c_int),
     "spdl_pipeline_source_state": ([c_uint64, POINTER(c_void_p), _ERR], c_int),
+    "spdl_pipeline_serve": ([c_uint64, c_int, c_int64, c_void_p, POINTER(SpdlBuf), _ERR], c_int),
     "spdl_pipeline_free": ([c_uint64, c_int64, _ERR], c_int),
     "spdl_pipeline_trace_start": ([c_uint64, c_int64, _ERR], c_int),
     "spdl_pipeline_trace_write": ([c_uint64, c_char_p, _ERR], c_int),

@@ -178,3 +178,43 @@ class _EngineArrow:
 
 def arrow_from_the_engine() -> Any:
     return _EngineArrow()
+
+
+def forbid_python_tensor_sends() -> None:
+    """An initializer: a worker whose Python would send an item that is one
+    Tensor fails the test (a pipeline's tensors are sent from Go)."""
+    from spdl_go._buffers import Tensor
+    from spdl_go.pipeline import _subprocess
+
+    dumps = _subprocess._dumps
+
+    def checked(item: Any) -> bytes:
+        if type(item) is Tensor:
+            raise AssertionError("a pipeline's tensor went through the worker's Python")
+        return dumps(item)
+
+    _subprocess._dumps = checked
+
+
+def batch_index(t: Any) -> int:
+    return int(np.from_dlpack(t)[0, 0, 0, 0]) // 4
+
+
+def odd_in_a_dict(t: Any) -> Any:
+    """Even batches stay one tensor (sent from Go); odd ones go in a dict
+    (pickled by the worker's Python)."""
+    k = batch_index(t)
+    return t if k % 2 == 0 else {"images": t, "k": k}
+
+
+def fail_on_batch_5(t: Any) -> Any:
+    if batch_index(t) == 5:
+        raise ValueError("bad batch 5")
+    return t
+
+
+def batch_config(then: Any, batches: int = 10) -> Any:
+    """Batches of (4, 64, 64, 4) uint8 from a native collate, then a Python
+    stage, at concurrency 1 (the order of the source)."""
+    b = PipelineBuilder().add_source(range(4 * batches)).pipe(fill).aggregate(4).pipe(ops.collate())
+    return b.pipe(then).add_sink(2).get_config()

@@ -383,3 +383,55 @@ def test_arrow_arrays_cross_through_shared_memory(make):
         assert big and all(_in_shared_memory(b.address) for b in big)
     del got
     gc.collect()
+
+
+def _index(item) -> int:
+    return fns.batch_index(item if not isinstance(item, dict) else item["images"])
+
+
+@pytest.mark.parametrize("buffer_size", [1, 2, 3, 16])
+def test_a_pipelines_tensors_are_sent_from_go(buffer_size):
+    """run_pipeline_in_subprocess: a batch that is one tensor goes out from
+    the worker's Go (its Python never sees it; the initializer checks),
+    anything else is pickled by its Python, in the pipeline's order; a
+    stats query mid-epoch is answered; every batch lies in the shared
+    memory."""
+    cfg = fns.batch_config(fns.odd_in_a_dict)
+    with run_pipeline_in_subprocess(
+        cfg, num_threads=2, buffer_size=buffer_size, initializer=fns.forbid_python_tensor_sends
+    ) as it:
+        for _ in range(2):
+            got = []
+            for i, item in enumerate(it):
+                got.append(item)
+                if i == 3:
+                    assert it.stats() is not None
+            assert [_index(x) for x in got] == list(range(10))
+            assert [isinstance(x, dict) for x in got] == [k % 2 == 1 for k in range(10)]
+            for x in got:
+                t = x["images"] if isinstance(x, dict) else x
+                assert t.shape == (4, 64, 64, 4) and _in_shared_memory(t.data_ptr)
+                assert int(np.from_dlpack(t)[3, 63, 63, 3]) == (_index(x) * 4 + 3) % 251
+            del got, x, t, item
+            gc.collect()
+
+
+def test_a_served_epoch_left_early_then_full_ones():
+    cfg = fns.batch_config(fns.odd_in_a_dict)
+    with run_pipeline_in_subprocess(cfg, num_threads=2, buffer_size=2) as it:
+        for i, _x in enumerate(it):
+            if i == 1:
+                break
+        assert [_index(x) for x in it] == list(range(10))
+        assert [_index(x) for x in it] == list(range(10))
+
+
+def test_a_served_pipeline_failure_comes_after_its_batches():
+    cfg = fns.batch_config(fns.fail_on_batch_5)
+    it = run_pipeline_in_subprocess(cfg, num_threads=2, max_failures=0, buffer_size=3)
+    got = []
+    with pytest.raises(RuntimeError, match="The worker subprocess quit") as e:
+        for x in it:
+            got.append(_index(x))
+    assert got == [0, 1, 2, 3, 4]
+    assert isinstance(e.value.__cause__, PipelineFailure) and "bad batch 5" in str(e.value.__cause__.exceptions[0])

@@ -86,22 +86,27 @@ class BuildConfig:
         }
 
 
-def _launch(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
+def _launch(config: PipelineConfig, settings: BuildConfig, served: bool = False) -> Pipeline:
     """Registers the config's Python callables and builds the pipeline;
-    ``Pipeline`` unregisters them when it fails or is closed."""
+    ``Pipeline`` unregisters them when it fails or is closed. ``served``:
+    a worker process's server reads the sink (``Pipeline._serve``), so a
+    ``Tensor`` a Python stage hands to it travels as a tensor the engine
+    can lend to the parent, not as an opaque object."""
     source_ids: list[int] = []
     function_ids: list[int] = []
     source_id: int | None = None
     assert isinstance(config.src, SourceConfig)  # _build replaced a MergeConfig
     src = config.src.source
     if not isinstance(src, NativeSource):
-        source_id = _callbacks.register_source(src, _callbacks.make_encoder(*config.encoding(0)))
+        source_id = _callbacks.register_source(src, _callbacks.make_encoder(*config.encoding(0, served)))
         source_ids.append(source_id)
     op_ids: list[int | None] = []
     for i, st in enumerate(config.pipes):
         fid: int | None = None
         if isinstance(st, PipeConfig) and not isinstance(st.op, NativeOp):
-            fid = _callbacks.register_stage(st.op, _callbacks.make_encoder(*config.encoding(i + 1)), st.executor)
+            fid = _callbacks.register_stage(
+                st.op, _callbacks.make_encoder(*config.encoding(i + 1, served)), st.executor
+            )
             function_ids.append(fid)
         op_ids.append(fid)
     pipeline = Pipeline(
@@ -170,11 +175,34 @@ def build_pipeline(
     """
     if not isinstance(pipeline_cfg, PipelineConfig):
         raise TypeError(f"build_pipeline: expected a PipelineConfig, got {type(pipeline_cfg).__name__}")
+    return _build(
+        pipeline_cfg,
+        _settings(
+            num_threads, max_failures, report_stats_interval, queue_size, cpu_budget, report_interval, task_hook_factory
+        ),
+    )
+
+
+def build_served(pipeline_cfg: PipelineConfig, /, **build_args: Any) -> Pipeline:
+    """``build_pipeline`` in a worker process whose server reads the sink
+    (see ``_launch``)."""
+    return _build(pipeline_cfg, _settings(**build_args), served=True)
+
+
+def _settings(
+    num_threads: int | None = None,
+    max_failures: int | Fraction = -1,
+    report_stats_interval: float | None = -1,
+    queue_size: int | None = None,
+    cpu_budget: int | None = None,
+    report_interval: float | None = None,
+    task_hook_factory: TaskHookFactory | None = None,
+) -> BuildConfig:
     if report_stats_interval is not None and report_stats_interval != -1:
         if report_interval is not None:
             raise TypeError("build: give report_stats_interval or its alias report_interval, not both")
         report_interval = report_stats_interval if report_stats_interval > 0 else None
-    settings = BuildConfig(
+    return BuildConfig(
         num_threads=num_threads,
         max_failures=max_failures,
         queue_size=queue_size,
@@ -182,16 +210,15 @@ def build_pipeline(
         cpu_budget=cpu_budget,
         task_hook_factory=task_hook_factory,
     )
-    return _build(pipeline_cfg, settings)
 
 
-def _build(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
+def _build(config: PipelineConfig, settings: BuildConfig, served: bool = False) -> Pipeline:
     """``build_pipeline`` once the settings are checked. A ``Merge`` source
     and a ``PathVariants`` stage are pipelines of their own, built first
     with the same settings (without reports) and read through Python."""
     sub = dataclasses.replace(settings, report_interval=None)
     if any(isinstance(p, PlacementConfig) for p in config.pipes):
-        return _build_region(config, settings, sub)
+        return _build_region(config, settings, sub, served)
     built: list[Pipeline] = []  # closed if a later part fails to build
     try:
         src = config.src
@@ -201,7 +228,7 @@ def _build(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
             src = SourceConfig(_MergedSource(merged), continuous=_continuous(src))
         k = next((i for i, p in enumerate(config.pipes) if isinstance(p, PathVariantsConfig)), None)
         if k is None:
-            return _launch(dataclasses.replace(config, src=src), settings)
+            return _launch(dataclasses.replace(config, src=src), settings, served)
         pv = config.pipes[k]
         assert isinstance(pv, PathVariantsConfig)
         upstream = _build(PipelineConfig(src, config.pipes[:k], SinkConfig(2)), sub)
@@ -211,13 +238,13 @@ def _build(config: PipelineConfig, settings: BuildConfig) -> Pipeline:
             built.append(_build(PipelineConfig(SourceConfig(ps), path, SinkConfig(2)), sub))
         variants = _VariantsSource(pv, upstream, path_sources, built[-len(pv.paths) :])
         outer = SourceConfig(variants, continuous=_continuous(src))
-        return _build(PipelineConfig(outer, config.pipes[k + 1 :], config.sink), settings)
+        return _build(PipelineConfig(outer, config.pipes[k + 1 :], config.sink), settings, served)
     except BaseException:
         _close_all(built)
         raise
 
 
-def _build_region(config: PipelineConfig, settings: BuildConfig, sub: BuildConfig) -> Pipeline:
+def _build_region(config: PipelineConfig, settings: BuildConfig, sub: BuildConfig, served: bool) -> Pipeline:
     """A pipeline with execution regions (``PipelineBuilder.to``): the
     first region is built, and the rest of the pipeline after it, in turn."""
     from . import _region
@@ -228,7 +255,7 @@ def _build_region(config: PipelineConfig, settings: BuildConfig, sub: BuildConfi
     opener = pipes[k]
     assert isinstance(opener, PlacementConfig)
     if isinstance(opener.target, _MainProcess):  # a marker that opens nothing
-        return _build(dataclasses.replace(config, pipes=pipes[:k] + pipes[k + 1 :]), settings)
+        return _build(dataclasses.replace(config, pipes=pipes[:k] + pipes[k + 1 :]), settings, served)
     j = next(i for i in range(k + 1, len(pipes)) if isinstance(pipes[i], PlacementConfig))
     closer = pipes[j]
     assert isinstance(closer, PlacementConfig)
@@ -236,7 +263,7 @@ def _build_region(config: PipelineConfig, settings: BuildConfig, sub: BuildConfi
     if isinstance(opener.target, InterpreterPoolExecutorConfig):
         inner, ex = _region.interpreter_stages(stages, opener.target)
         try:
-            p = _build(dataclasses.replace(config, pipes=pipes[:k] + inner + pipes[j:]), settings)
+            p = _build(dataclasses.replace(config, pipes=pipes[:k] + inner + pipes[j:]), settings, served)
         except BaseException:
             ex.shutdown(wait=False, cancel_futures=True)
             raise
@@ -266,7 +293,7 @@ def _build_region(config: PipelineConfig, settings: BuildConfig, sub: BuildConfi
     outer = SourceConfig(source, continuous=_continuous(config.src))
     # The closing marker stays when another region opens right there.
     rest = pipes[j + 1 :] if isinstance(closer.target, _MainProcess) else pipes[j:]
-    return _build(PipelineConfig(outer, rest, config.sink), settings)
+    return _build(PipelineConfig(outer, rest, config.sink), settings, served)
 
 
 def _continuous(src: SourceConfig | MergeConfig) -> bool:

@@ -30,7 +30,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import _callbacks, _codec, _lib
 from ..stats import Bottleneck, PipelineStats, StageStats
@@ -336,19 +336,53 @@ class Pipeline:
                     if remaining <= 0:
                         raise TimeoutError(f"no item within {timeout} s")
                 continue  # a pending KeyboardInterrupt is raised here, between calls
-            self._running = False
-            if rc == _lib.SPDL_END:
-                self._end_hooks()
-                if self._continuous and self._started and not self._stopped:
-                    self._epoch_done = True
-                raise EOFError("the epoch has ended")
-            message = _lib.take_string(err.value)
-            failure = self._take_failure()
-            if failure is None:
-                failure = PipelineFailure([("pipeline", RuntimeError(message))], message)
-            self._failure_seen = True
-            self._end_hooks(failure)
-            raise failure
+            self._epoch_over(rc, err)
+
+    def _epoch_over(self, rc: int, err: ctypes.c_void_p) -> NoReturn:
+        """A read returned SPDL_END (EOFError) or SPDL_ERROR (the failure)."""
+        self._running = False
+        if rc == _lib.SPDL_END:
+            self._end_hooks()
+            if self._continuous and self._started and not self._stopped:
+                self._epoch_done = True
+            raise EOFError("the epoch has ended")
+        message = _lib.take_string(err.value)
+        failure = self._take_failure()
+        if failure is None:
+            failure = PipelineFailure([("pipeline", RuntimeError(message))], message)
+        self._failure_seen = True
+        self._end_hooks(failure)
+        raise failure
+
+    def _serve(self, fd: int, credits: int) -> tuple[int, Any, int]:
+        """In a worker process: sends the items that are one tensor in the
+        shared arena to the parent from Go (``spdl_pipeline_serve``), one
+        credit each, and returns for what the caller does:
+        ``(SPDL_OK, item, credits)`` an item to send;
+        ``(SPDL_MESSAGE, bytes, credits)`` a message from the parent;
+        ``(SPDL_TIMEOUT, None, credits)`` nothing yet (call again).
+
+        Raises:
+            EOFError, PipelineFailure: as ``get_item``.
+            BrokenPipeError: the parent is gone.
+        """
+        if not self._started or self._epoch_done:
+            self._auto_start()
+        out, err, c = _lib.SpdlBuf(), ctypes.c_void_p(), ctypes.c_int64(credits)
+        rc = _lib.LIB.spdl_pipeline_serve(
+            self._h(), fd, int(self._POLL_S * 1e6), ctypes.byref(c), ctypes.byref(out), ctypes.byref(err)
+        )
+        if rc == _lib.SPDL_OK or rc == _lib.SPDL_MESSAGE:
+            try:
+                data = ctypes.string_at(out.data, out.len)
+            finally:
+                _lib.LIB.spdl_free(out.data)
+            return rc, (_codec.decode(data) if rc == _lib.SPDL_OK else data), c.value
+        if rc == _lib.SPDL_TIMEOUT:
+            return rc, None, c.value
+        if rc == _lib.SPDL_PEER:
+            raise BrokenPipeError(_lib.take_string(err.value))
+        self._epoch_over(rc, err)
 
     def _auto_start(self) -> None:
         """Starts the first epoch, or with a continuous source the next one

@@ -11,7 +11,10 @@ last reference, dropped on any thread, gives the buffer back to the child
 through a counter in the shared memory. numpy arrays and Arrow buffers of
 4 KiB or more are copied once into arena tensors and cross the same way.
 Everything else in an item is pickled as usual; an item that is one tensor
-or array is not pickled at all.
+or array is not pickled at all. A worker running a pipeline
+(``run_pipeline_in_subprocess``) sends those from Go
+(``spdl_pipeline_serve``, which keeps the credits too), so its Python
+wakes only for the other items and for the parent's commands.
 
 Messages go over a socket pair, a tag byte and a payload each way. The child
 keeps at most ``buffer_size`` items ahead of the parent: the parent sends
@@ -320,49 +323,82 @@ def _serve(conn: multiprocessing.connection.Connection, iterable: Iterable[Any],
         except Exception as e:  # noqa: BLE001
             conn.send_bytes(_FAILED + _failure_payload(e, "Failed to create the iterator: "))
             return
-        credits = buffer_size
-        while True:
-            stop = False
-            # Commands are read when the credits run out: a parent that
-            # sends one (a stop, a stats request) stops taking items, so
-            # that happens within buffer_size items, and a fast parent
-            # costs no poll per item.
-            while credits == 0:
-                cmd = conn.recv_bytes()
-                if cmd[:1] == _CREDIT:
-                    credits += int(cmd[1:])
-                elif cmd[:1] == _QUERY:
-                    _answer(conn, iterable, cmd)
-                elif cmd == _STOP:
-                    stop = True
-                    break
-                elif cmd == _ABORT:
-                    return
-                else:
-                    conn.send_bytes(_UNEXPECTED + cmd)
-                    return
-            if stop:
-                close = getattr(it, "close", None)
-                if close is not None:
-                    close()
+        try:
+            if not _serve_epoch(conn, iterable, it, buffer_size):
+                return
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()  # a stop, a failure, a parent gone: the epoch's pipeline stops
+
+
+def _serve_epoch(
+    conn: multiprocessing.connection.Connection, iterable: Any, it: Iterator[Any], buffer_size: int
+) -> bool:
+    """Sends one epoch's items; False when the worker should quit."""
+    served = getattr(it, "serve", None)
+    credits = buffer_size
+    while True:
+        # Commands are read when the credits run out: a parent that sends
+        # one (a stop, a stats request) stops taking items, so that happens
+        # within buffer_size items, and a fast parent costs no poll per item.
+        cmd = b""
+        if served is not None:
+            # A pipeline's tensors go out from Go; what comes back is an
+            # item to pickle, the parent's message, or nothing yet.
+            try:
+                rc, got, credits = served(conn.fileno(), credits)
+            except (StopIteration, EOFError):
                 conn.send_bytes(_FINISHED)
+                return True
+            except BrokenPipeError:
+                raise
+            except Exception as e:  # noqa: BLE001
+                conn.send_bytes(_FAILED + _failure_payload(e, "Failed to fetch the next item: "))
+                return False
+            if rc == _lib.SPDL_TIMEOUT:
+                continue
+            if rc == _lib.SPDL_MESSAGE:
+                cmd = got
+        while credits == 0 or cmd:
+            if not cmd:
+                cmd = conn.recv_bytes()
+            if cmd[:1] == _CREDIT:
+                credits += int(cmd[1:])
+            elif cmd[:1] == _QUERY:
+                _answer(conn, iterable, cmd)
+            elif cmd == _STOP:
                 break
+            elif cmd == _ABORT:
+                return False
+            else:
+                conn.send_bytes(_UNEXPECTED + cmd)
+                return False
+            cmd = b""
+        if cmd == _STOP:
+            conn.send_bytes(_FINISHED)
+            return True
+        if served is not None:
+            if rc != _lib.SPDL_OK:
+                continue  # the message is handled; serve on
+            item = got
+        else:
             try:
                 item = next(it)
             except StopIteration:
                 conn.send_bytes(_FINISHED)
-                break
+                return True
             except Exception as e:  # noqa: BLE001
                 conn.send_bytes(_FAILED + _failure_payload(e, "Failed to fetch the next item: "))
-                return
-            try:
-                payload = _dumps(item)
-            except Exception as e:  # noqa: BLE001
-                conn.send_bytes(_FAILED + _failure_payload(e, "Failed to send the next item to the parent: "))
-                return
-            del item
-            conn.send_bytes(_ITEM + payload)
-            credits -= 1
+                return False
+        try:
+            payload = _dumps(item)
+        except Exception as e:  # noqa: BLE001
+            conn.send_bytes(_FAILED + _failure_payload(e, "Failed to send the next item to the parent: "))
+            return False
+        del item
+        conn.send_bytes(_ITEM + payload)
+        credits -= 1
 
 
 # ---- parent -----------------------------------------------------------------
@@ -830,6 +866,40 @@ class _RestoreRNG:
             torch.set_rng_state(self.state["torch"])
 
 
+class _Epoch:
+    """One epoch of the worker's pipeline: an iterator, and ``serve`` for
+    ``_serve`` (its tensors go to the parent from Go). An epoch of a fresh
+    pipeline (``own``) stops it when it ends, fails or is closed."""
+
+    def __init__(self, pipeline: Any, own: bool) -> None:
+        self.pipeline, self.own = pipeline, own
+
+    def __iter__(self) -> _Epoch:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return self.pipeline.get_item()
+        except EOFError:
+            self.close()
+            raise StopIteration from None
+        except BaseException:
+            self.close()
+            raise
+
+    def serve(self, fd: int, credits: int) -> tuple[int, Any, int]:
+        try:
+            return self.pipeline._serve(fd, credits)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.own:
+            self.own = False
+            self.pipeline.stop()
+
+
 class _PipelineEpochs:
     """Built in the worker. As in SPDL: with a continuous source, one
     pipeline, started here and kept running, gives one epoch per iterator
@@ -837,23 +907,24 @@ class _PipelineEpochs:
     in the next); otherwise each epoch is a fresh pipeline's one pass."""
 
     def __init__(self, config: Any, build_args: dict[str, Any]) -> None:
-        from ._build import build_pipeline
+        from ._build import build_served
 
         self.config, self.build_args = config, build_args
         self.pipeline: Any = None
         if getattr(config.src, "continuous", False):
-            self.pipeline = build_pipeline(config, **build_args)
+            self.pipeline = build_served(config, **build_args)
             self.pipeline.start()
 
-    def __iter__(self) -> Iterator[Any]:
-        from ._build import build_pipeline
+    def __iter__(self) -> _Epoch:
+        from ._build import build_served
 
         if getattr(self.config.src, "continuous", False):
-            yield from self.pipeline
-            return
-        self.pipeline = build_pipeline(self.config, **self.build_args)
-        with self.pipeline.auto_stop():
-            yield from self.pipeline
+            if not self.pipeline._running:
+                self.pipeline.start()
+            return _Epoch(self.pipeline, own=False)
+        self.pipeline = build_served(self.config, **self.build_args)
+        self.pipeline.start()
+        return _Epoch(self.pipeline, own=True)
 
     def _stats(self) -> Any:
         return None if self.pipeline is None else self.pipeline.stats()

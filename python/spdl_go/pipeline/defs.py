@@ -556,10 +556,11 @@ class PipelineConfig:
             "source": self.src.to_spec(source_id),
         }
 
-    def encoding(self, start: int) -> tuple[int, bool]:
+    def encoding(self, start: int, served: bool = False) -> tuple[int, bool | None]:
         """For output emitted before stage ``start``: how many disaggregates
         will split it before a consumer sees it, and whether that consumer
-        is native (the sink is the user's Python code)."""
+        is native (the sink is the user's Python code; with ``served``, a
+        worker process's server, None)."""
         depth = 0
         splits = 0
         for st in self.pipes[start:]:
@@ -574,7 +575,7 @@ class PipelineConfig:
                 return splits, False  # its router is Python code; a region's input crosses through Python
             else:
                 return splits, st.native
-        return splits, False
+        return splits, None if served else False
 
     # ---- JSON ----------------------------------------------------------------
     def to_json(self, **kwargs: Any) -> str:
