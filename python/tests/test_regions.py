@@ -385,3 +385,55 @@ def test_a_native_source_feeds_a_region():
     p = PipelineBuilder().add_source(sources.arange(12)).to(POOL2).pipe(fns.square).to(MAIN_PROCESS).add_sink(2).build()
     with p, p.auto_stop():
         assert sorted(p) == [i * i for i in range(12)]
+
+
+def test_stats_show_the_stages_before_in_and_after_a_region():
+    """Pipeline.stats() lists the source, the stages before the region, the
+    region's (summed over its workers, as they last reported), and those
+    after, in order."""
+    p = (
+        PipelineBuilder()
+        .add_source(range(40))
+        .pipe(fns.plus_one, name="before")
+        .to(POOL2, buffer_size=2)
+        .pipe(fns.square, concurrency=2, name="inside")
+        .aggregate(4)
+        .to(MAIN_PROCESS)
+        .pipe(fns.pid_of, name="after")
+        .add_sink(3)
+        .build(num_threads=2)
+    )
+    with p.auto_stop():
+        assert sum(len(batch) for batch, _ in p) == 40  # each worker batches its own items
+        mid = p.stats()
+    names = [s.name for s in mid.stages]
+    assert [n.split(" [")[0].split("(")[0] for n in names][:2] == ["before", "inside"], names
+    assert names[1].endswith("[2 processes]") and names[-1] == "after", names
+    inside = mid.stages[1]
+    assert inside.items_in == 40 and inside.items_out == 40 and inside.concurrency == 4, inside
+    assert mid.stages[0].items_out == 40 and mid.source.items_out == 40
+    with p.auto_stop():
+        assert sum(len(batch) for batch, _ in p) == 40
+    # The second epoch's counters (each worker's pipeline is new each epoch).
+    assert p.stats().stages[1].items_out == 40
+    p.close()
+
+
+def test_stats_of_a_first_region_and_adjacent_ones():
+    p = (
+        PipelineBuilder()
+        .add_source(range(12))
+        .to(POOL2)
+        .pipe(fns.plus_one, name="one")
+        .to(ProcessPoolExecutorConfig(max_workers=1))
+        .pipe(fns.square, name="two")
+        .to(MAIN_PROCESS)
+        .add_sink(3)
+        .build(num_threads=1)
+    )
+    with p.auto_stop():
+        assert sorted(p) == [(i + 1) ** 2 for i in range(12)]
+    st = p.stats()
+    assert [s.name for s in st.stages] == ["one [2 processes]", "two [1 process]"], st.stages
+    assert [s.items_out for s in st.stages] == [12, 12]
+    p.close()

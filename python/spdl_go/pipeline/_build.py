@@ -32,6 +32,7 @@ from typing import Any, cast
 from .. import _callbacks
 from ..ops import NativeOp
 from ..sources import NativeSource
+from ..stats import StageStats
 from . import _hooks
 from ._hooks import TaskHookFactory
 from ._pipeline import Pipeline, PipelineFailure
@@ -293,7 +294,22 @@ def _build_region(config: PipelineConfig, settings: BuildConfig, sub: BuildConfi
     outer = SourceConfig(source, continuous=_continuous(config.src))
     # The closing marker stays when another region opens right there.
     rest = pipes[j + 1 :] if isinstance(closer.target, _MainProcess) else pipes[j:]
-    return _build(PipelineConfig(outer, rest, config.sink), settings, served)
+    p = _build(PipelineConfig(outer, rest, config.sink), settings, served)
+    # stats(): the stages before and in this region first; a region in
+    # the rest (built just now) reports its own after them. The source is
+    # held weakly: closing the pipeline drops it, which stops the workers.
+    later, ref = p._inner_stats, weakref.ref(source)
+
+    def inner_stats() -> tuple[StageStats | None, list[StageStats]]:
+        region = ref()
+        src, stages = region.inner_stats() if region is not None else (None, [])
+        if later is None:
+            return src, stages
+        _, rest_stages = later()
+        return src, stages + rest_stages
+
+    p._inner_stats = inner_stats
+    return p
 
 
 def _continuous(src: SourceConfig | MergeConfig) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import dataclasses
 import json
 import logging
 import os
@@ -168,6 +169,9 @@ class Pipeline:
         # The stages' task hooks (build_pipeline(task_hook_factory=)): their
         # stage_hook is entered by start() and left when the epoch ends.
         self._hooks: PipelineHooks | None = None
+        # With an execution region (build_pipeline sets it): the source and
+        # stages before and in the region, which run in other pipelines.
+        self._inner_stats: Callable[[], tuple[StageStats | None, list[StageStats]]] | None = None
         _lib.check_fork()
         data = json.dumps(spec).encode()
         handle = ctypes.c_uint64()
@@ -437,8 +441,17 @@ class Pipeline:
             self.stop(timeout=timeout)
 
     def stats(self) -> PipelineStats:
-        """A snapshot of per-stage counters; cheap, safe while running."""
-        return PipelineStats._from(_lib.call_json(_lib.LIB.spdl_pipeline_stats, self._h()))
+        """A snapshot of per-stage counters; cheap, safe while running.
+
+        With an execution region, the stages before the region and in it
+        come first (those in worker processes summed over the workers, as
+        they last reported, at most a second old), and the source is the
+        pipeline's own."""
+        st = PipelineStats._from(_lib.call_json(_lib.LIB.spdl_pipeline_stats, self._h()))
+        if self._inner_stats is None:
+            return st
+        src, stages = self._inner_stats()
+        return dataclasses.replace(st, source=src or st.source, stages=stages + st.stages)
 
     def _source_state(self) -> Any:
         """What the source knows that a checkpoint needs (see

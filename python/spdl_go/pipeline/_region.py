@@ -15,7 +15,9 @@ answers each item message it takes with a credit, so at most
 ``_CREDITS`` wait per worker, sends results in messages of up to the
 closing marker's ``buffer_size`` (tensors and large arrays lent through
 its shared memory, as ``run_pipeline_in_subprocess`` does), and ends each
-epoch with one "done". A pipeline failure in a worker is sent before its
+epoch with its pipeline's stats and one "done" (it sends the stats at
+most once a second while results flow, too: the outer ``stats()`` shows
+them). A pipeline failure in a worker is sent before its
 "done" and fails the outer pipeline.
 
 A subinterpreter region (``InterpreterPoolExecutorConfig``) stays in this
@@ -28,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.util
@@ -35,12 +38,14 @@ import os
 import pickle
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
 from .. import _lib
 from .._buffers import ArrowArray, Tensor
+from ..stats import StageStats
 from ._pipeline import Pipeline
 from ._subprocess import (
     _ABORT as _QUIT,
@@ -68,11 +73,32 @@ from .defs import (
 _ITEMS, _END, _DROP = b"I", b"E", b"A"
 # Worker -> parent.
 _READY, _INIT_FAILED, _TOOK, _RESULTS, _FAILED, _DONE = b"R", b"X", b"T", b"D", b"F", b"N"
+# Worker -> parent: its pipeline's stats (the engine's JSON), at most every
+# _STATS_S while results flow, and once more at the end of each epoch.
+_STATS = b"S"
+_STATS_S = 1.0
 
 # Item messages that may wait in a worker's socket: enough to keep its
 # pipeline fed while the next is pickled, few enough that a stop is quick.
 _CREDITS = 4
 _POLL_S = 0.05
+
+# How a stage's counters combine over the workers (the engine's JSON keys).
+_SUMMED = (
+    "concurrency",
+    "items_in",
+    "items_out",
+    "failures",
+    "busy_ns",
+    "active",
+    "queue_len",
+    "queue_cap",
+    "items_per_s",
+    "abandoned",
+    "max_concurrency",
+)
+_AVERAGED = ("queue_mean_occupancy", "busy_fraction")
+_WORST = ("latency_p50_ns", "latency_p90_ns", "latency_p99_ns")
 
 
 def region_name(stages: Sequence[StageConfig], in_buf: int, out_buf: int) -> str:
@@ -196,23 +222,35 @@ def _serve(
             return
         inbox = _Inbox(conn, reply, first)
         if first[:1] == _ITEMS:
+            p = None
             try:
                 p = build_pipeline(PipelineConfig(SourceConfig(inbox), stages, SinkConfig(3)), **build_args)
                 with p.auto_stop():
                     _stream(p, reply, out_buf)
             except Exception as e:  # noqa: BLE001  (the parent fails the epoch)
                 reply(_FAILED + _failure_payload(e, ""))
+            if p is not None:
+                _send_stats(p, reply)
         inbox.drain()
         reply(_DONE)
         if inbox.quit:
             return
 
 
+def _send_stats(p: Pipeline, reply: Any) -> None:
+    with contextlib.suppress(Exception):  # a pipeline that never started has none
+        reply(_STATS + json.dumps(p.stats().raw).encode())
+
+
 def _stream(p: Pipeline, reply: Any, out_buf: int) -> None:
     """Sends the epoch's results, up to ``out_buf`` a message: it waits for
     the first, and takes the rest only if they are ready (a region that
     batches would otherwise hold whole batches back)."""
+    last = time.monotonic()
     while True:
+        if time.monotonic() - last >= _STATS_S:
+            _send_stats(p, reply)
+            last = time.monotonic()
         chunk: list[Any] = []
         ended = False
         try:
@@ -292,6 +330,7 @@ class _Pool:
             ) from whole
         self.workers: list[_Worker] = []
         self.open: list[bool] = []  # a worker's epoch has not sent its "done" yet
+        self.stats: list[dict[str, Any] | None] = []  # each worker pipeline's last stats
         try:
             for _ in range(target.workers()):
                 self.workers.append(
@@ -306,6 +345,7 @@ class _Pool:
                     )
                 )
                 self.open.append(False)
+                self.stats.append(None)
             for i, w in enumerate(self.workers):
                 msg = w.recv("start")
                 if msg[:1] != _READY:
@@ -326,6 +366,31 @@ class _Pool:
             f"{self.name}: worker process {i} (pid {w.proc.pid}) exited unexpectedly ({_exit_text(w.proc.exitcode)})"
         )
 
+    def took_stats(self, i: int, body: bytes) -> None:
+        with contextlib.suppress(ValueError):
+            self.stats[i] = json.loads(body)
+
+    def stage_stats(self) -> list[StageStats]:
+        """The region's stages, each summed over the workers (as they last
+        reported: at most ``_STATS_S`` old while an epoch runs)."""
+        got = [s for s in self.stats if s]
+        if not got:
+            return []
+        out = []
+        for j, first in enumerate(got[0].get("stages") or []):
+            per = [s["stages"][j] for s in got if len(s.get("stages") or []) > j]
+            merged = dict(first)
+            for k in _SUMMED:
+                merged[k] = sum(d.get(k, 0) for d in per)
+            for k in _AVERAGED:
+                merged[k] = sum(d.get(k, 0.0) for d in per) / len(per)
+            for k in _WORST:
+                merged[k] = max(d.get(k, 0) for d in per)
+            n = len(self.workers)
+            merged["name"] = f"{first.get('name', '')} [{n} process{'es' if n != 1 else ''}]"
+            out.append(StageStats._from(merged))
+        return out
+
     def settle(self) -> None:
         """Reads the rest of an epoch the workers still finish (the last
         one was left early), dropping its results."""
@@ -337,6 +402,8 @@ class _Pool:
                     w.item(msg[1:])  # unpickled and dropped: lent buffers go back
                 elif tag == _DONE:
                     self.open[i] = False
+                elif tag == _STATS:
+                    self.took_stats(i, msg[1:])
                 elif tag not in (_TOOK, _FAILED):
                     raise RuntimeError(f"[INTERNAL ERROR] {self.name}: worker {i} sent {msg[:64]!r}")
 
@@ -428,6 +495,8 @@ class _RegionSource:
                         yield items.pop(0)
                 elif tag == _DONE:
                     pool.open[i] = False
+                elif tag == _STATS:
+                    pool.took_stats(i, msg[1:])
                 elif tag == _FAILED:
                     raise _remote_error(msg[1:], f"{pool.name}: Fused subprocess pipeline failed: ")
                 else:
@@ -493,6 +562,16 @@ class _RegionSource:
             failure.append(e)
         for w in workers:
             w.send(end)
+
+    def inner_stats(self) -> tuple[StageStats | None, list[StageStats]]:
+        """For the outer pipeline's ``stats()``: the real source and the
+        stages before and in the region (the upstream pipeline's, then the
+        workers', summed)."""
+        src, stages = None, []
+        if isinstance(self.upstream, Pipeline):
+            up = self.upstream.stats()
+            src, stages = up.source, list(up.stages)
+        return src, stages + self.pool.stage_stats()
 
 
 def _close(upstream: Pipeline | Iterable[Any], pool: _Pool) -> None:
