@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/spdl-go/spdl-go/core/columnar"
 	"github.com/spdl-go/spdl-go/core/pipeline"
 	"github.com/spdl-go/spdl-go/core/wire"
 )
@@ -127,4 +128,12 @@ func parseCredit(m []byte) (int64, bool) {
 	}
 	k, err := strconv.ParseInt(string(m[1:]), 10, 64)
 	return k, err == nil && k > 0 && !bytes.ContainsAny(m[1:], "+-")
+}
+
+//export spdl_shm_lend_buffer
+func spdl_shm_lend_buffer(p unsafe.Pointer, n C.int64_t, out *C.uint8_t, capacity C.int32_t) C.int32_t {
+	if p == nil || out == nil || capacity <= 0 {
+		return 0
+	}
+	return C.int32_t(columnar.LendShared(p, int64(n), unsafe.Slice((*byte)(unsafe.Pointer(out)), int(capacity))))
 }

@@ -348,6 +348,14 @@ spdl_tensor *spdl_shm_tensor(void *map, int64_t hdr_off, int64_t data_off, int32
  * (NULL when malformed or outside its buffer). */
 int32_t spdl_shm_lend_desc(spdl_tensor *t, uint8_t *out, int32_t cap);
 spdl_tensor *spdl_shm_tensor_desc(void *map, const uint8_t *desc, int32_t len);
+/* An Arrow buffer the engine made in the arena (in a worker process,
+ * buffers of 4 KiB or more of its Arrow arrays are carved there):
+ * spdl_shm_lend_buffer(p, len, out, cap) lends the first len bytes of the
+ * one that starts at p and writes the descriptor of a 1-D uint8 tensor over
+ * them, for spdl_shm_tensor_desc; its length, or 0 (nothing lent) when p
+ * starts no live arena buffer of the engine's Arrow allocator or len is past
+ * its end, -1 when cap is too small. */
+int32_t spdl_shm_lend_buffer(void *p, int64_t len, uint8_t *out, int32_t cap);
 
 /* Bytes of Arrow buffers (C memory) alive now, exported or not. */
 int64_t spdl_arrow_allocated_bytes(void);

@@ -155,6 +155,10 @@ static void check_shm(void) {
     CHECK(pv != NULL && memcmp(pv->data, spdl_tensor_dltensor(t)->data, pv->dtype.bits / 8) == 0,
           "spdl_shm_tensor_desc: the same value through the other mapping");
     CHECK(spdl_shm_tensor_desc(m, desc, n - 1) == NULL, "spdl_shm_tensor_desc(a short descriptor) -> NULL");
+    void *in_arena = spdl_tensor_dltensor(t)->data;  // a tensor's buffer, not an Arrow buffer
+    CHECK(spdl_shm_lend_buffer(desc, 8, desc, (int32_t)sizeof desc) == 0 &&
+              spdl_shm_lend_buffer(in_arena, 1, desc, (int32_t)sizeof desc) == 0,
+          "spdl_shm_lend_buffer(not the engine's Arrow buffer) -> 0");
     spdl_tensor_decref(p);
   }
   spdl_tensor_decref(t);

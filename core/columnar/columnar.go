@@ -9,14 +9,10 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory/mallocator"
 
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
-// Allocator allocates every buffer this package builds, with C malloc.
-// Tests check for leaks with Allocator.AssertSize(t, 0).
-var Allocator = mallocator.NewMallocator()
 
 type kind int
 

@@ -119,3 +119,34 @@ func (m *SharedMap) Close() {
 	C.spdl_shm_unmap(m.p)
 	m.p = nil
 }
+
+// SharedBuf carves n > 0 zeroed bytes from this process's arena, for an
+// Arrow buffer (core/columnar's allocator): nil when there is no arena or
+// no room. Give it back with FreeSharedBuf.
+func SharedBuf(n int) []byte {
+	var c C.int64_t
+	p := C.spdl_shm_buf_alloc(C.int64_t(n), &c)
+	if p == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(p), int(c))[:n]
+}
+
+// FreeSharedBuf gives back a buffer from SharedBuf (b may be resliced;
+// its first byte is the buffer's). A lent buffer is reused once the
+// parent's view of it is gone.
+func FreeSharedBuf(b []byte) {
+	C.spdl_shm_buf_free(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+// LendSharedBuf lends the first n bytes of the buffer at p, from
+// SharedBuf (the caller makes sure), as LendDescriptor lends a tensor: the
+// descriptor of a 1-D uint8 tensor over them, written to out; its length,
+// or 0 (nothing lent) when p is not in the arena or n past its capacity,
+// -1 when out is too short.
+func LendSharedBuf(p unsafe.Pointer, n int64, out []byte) int {
+	if len(out) == 0 {
+		return -1
+	}
+	return int(C.spdl_shm_lend_buf(p, C.int64_t(n), (*C.uint8_t)(unsafe.Pointer(&out[0])), C.int32_t(len(out))))
+}

@@ -792,6 +792,40 @@ spdl_tensor* spdl_shm_tensor_desc(void* map, const uint8_t* desc, int32_t len) {
   return spdl_shm_tensor(map, off[0], off[1], ndim, shape, strides, desc[20], desc[21], lanes);
 }
 
+void* spdl_shm_buf_alloc(int64_t n, int64_t* cap) {
+  size_t c;
+  int cls = n > 0 ? size_class((size_t)n, &c) : -1;
+  void* p = cls >= 0 ? shm_get(cls, c) : NULL;
+  if (p == NULL) return NULL;
+  memset(p, 0, (size_t)n);  // Arrow's builders expect zeroed memory, as calloc gives
+  *cap = (int64_t)c;
+  return p;
+}
+
+int spdl_shm_buf_free(void* p) { return shm_put(p); }
+
+int32_t spdl_shm_lend_buf(void* p, int64_t len, uint8_t* out, int32_t cap) {
+  char* base = atomic_load(&shm_base);
+  char* b = p;
+  if (base == NULL || out == NULL || b < base + sizeof(shm_hdr) || b >= base + shm_size) return 0;
+  if (cap < SHM_DESC_HEAD + 16) return -1;
+  shm_hdr* h = (shm_hdr*)(b - sizeof(shm_hdr));
+  if (len < 0 || len > h->cap) return 0;
+  atomic_fetch_add_explicit(&h->lent, 1, memory_order_acq_rel);
+  atomic_fetch_add(&shm_lends, 1);
+  int64_t head[2] = {(int64_t)((char*)h - base), (int64_t)(b - base)}, one = 1;
+  int32_t ndim = 1;
+  uint16_t lanes = 1;
+  memcpy(out, head, 16);
+  memcpy(out + 16, &ndim, 4);
+  out[20] = kDLUInt;
+  out[21] = 8;
+  memcpy(out + 22, &lanes, 2);
+  memcpy(out + SHM_DESC_HEAD, &len, 8);
+  memcpy(out + SHM_DESC_HEAD + 8, &one, 8);
+  return SHM_DESC_HEAD + 16;
+}
+
 void spdl_shm_stats(int64_t* out) {
   char* base = atomic_load(&shm_base);
   int64_t pending = 0;

@@ -124,6 +124,21 @@ SPDL_TENSOR_ABI spdl_tensor* spdl_shm_tensor(void* map, int64_t hdr_off, int64_t
 SPDL_TENSOR_ABI int32_t spdl_shm_lend_desc(spdl_tensor* t, uint8_t* out, int32_t cap);
 SPDL_TENSOR_ABI spdl_tensor* spdl_shm_tensor_desc(void* map, const uint8_t* desc, int32_t len);
 
+/* Arrow buffers in the arena (core/columnar's allocator, in a worker).
+ * spdl_shm_buf_alloc carves n > 0 bytes, zeroed, as a tensor's buffer is
+ * carved (*cap: its capacity); NULL when there is no arena or no room.
+ * spdl_shm_buf_free gives one back (1), or says p is not in the arena (0);
+ * a lent one is reused once the parent's view is gone.
+ * spdl_shm_lend_buf lends the first len bytes of the buffer starting at p,
+ * which the caller knows came from spdl_shm_buf_alloc, and writes the
+ * descriptor of a 1-D uint8 tensor over them (as spdl_shm_lend_desc
+ * does); 0 when p is not in the arena or len is past its capacity, -1
+ * when cap is too small (nothing lent either way). Not exported: capi's
+ * spdl_shm_lend_buffer checks p first. */
+void* spdl_shm_buf_alloc(int64_t n, int64_t* cap);
+int spdl_shm_buf_free(void* p);
+int32_t spdl_shm_lend_buf(void* p, int64_t len, uint8_t* out, int32_t cap);
+
 /* ---- CUDA memory -----------------------------------------------------------
  *
  * libspdl does not link CUDA. core/cuda loads the runtime at run time and

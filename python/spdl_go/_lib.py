@@ -231,6 +231,7 @@ _SIGNATURES: dict[str, tuple[list, object]] = {
     "spdl_shm_lend": ([c_void_p, c_void_p], c_int),
     "spdl_shm_lend_desc": ([c_void_p, c_void_p, ctypes.c_int32], ctypes.c_int32),
     "spdl_shm_tensor_desc": ([c_void_p, c_void_p, ctypes.c_int32], c_void_p),
+    "spdl_shm_lend_buffer": ([c_void_p, c_int64, c_void_p, ctypes.c_int32], ctypes.c_int32),
     "spdl_shm_stats": ([c_void_p], None),
     "spdl_shm_map": ([c_int, c_int64, c_void_p], c_void_p),
     "spdl_shm_unmap": ([c_void_p], None),

@@ -218,3 +218,14 @@ def batch_config(then: Any, batches: int = 10) -> Any:
     stage, at concurrency 1 (the order of the source)."""
     b = PipelineBuilder().add_source(range(4 * batches)).pipe(fill).aggregate(4).pipe(ops.collate())
     return b.pipe(then).add_sink(2).get_config()
+
+
+def forbid_arrow_copies() -> None:
+    """An initializer: a worker that copies an Arrow buffer into its shared
+    memory fails the test (the engine's are there already)."""
+    from spdl_go.pipeline import _subprocess
+
+    def copy(buf: Any) -> bytes | None:
+        raise AssertionError(f"an Arrow buffer of {buf.size} bytes was copied")
+
+    _subprocess._offload_buffer = copy

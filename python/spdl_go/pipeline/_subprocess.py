@@ -9,7 +9,9 @@ buffer (``spdl_shm_lend_desc``: offsets, dtype, shape, strides), and the
 parent makes a tensor over the same pages (``spdl_shm_tensor_desc``); its
 last reference, dropped on any thread, gives the buffer back to the child
 through a counter in the shared memory. numpy arrays and Arrow buffers of
-4 KiB or more are copied once into arena tensors and cross the same way.
+4 KiB or more are copied once into arena tensors and cross the same way,
+but for the engine's own Arrow buffers, which its allocator carves from the
+arena already (``spdl_shm_lend_buffer`` lends them as they are).
 Everything else in an item is pickled as usual; an item that is one tensor
 or array is not pickled at all. A worker running a pipeline
 (``run_pipeline_in_subprocess``) sends those from Go
@@ -104,7 +106,9 @@ class _Lender(pickle.Pickler):
             return None if desc is None else ("np", desc)
         pa = sys.modules.get("pyarrow")
         if pa is not None and isinstance(obj, pa.Buffer) and obj.size >= _OFFLOAD_BYTES and obj.is_cpu:
-            desc = _offload_buffer(obj)
+            # The engine's Arrow buffers are in the arena already: lent as
+            # they are. Others (pyarrow's own) are copied there once.
+            desc = _lend_buffer(obj) or _offload_buffer(obj)
             return None if desc is None else ("ab", desc)
         return None
 
@@ -137,6 +141,13 @@ def _lend(ptr: int) -> bytes | None:
     """Lends an arena tensor to the parent: its descriptor, or None when
     its buffer is not in the arena (nothing is lent then)."""
     n = _lib.LIB.spdl_shm_lend_desc(ptr, _DESC, len(_DESC))
+    return string_at(_DESC, n) if n > 0 else None
+
+
+def _lend_buffer(buf: Any) -> bytes | None:
+    """Lends an Arrow buffer the engine made in the arena (its descriptor),
+    or None when it is not one (nothing is lent then)."""
+    n = _lib.LIB.spdl_shm_lend_buffer(buf.address, buf.size, _DESC, len(_DESC))
     return string_at(_DESC, n) if n > 0 else None
 
 
