@@ -29,8 +29,9 @@ and the loader alone (no training step) for scale.
 
 Then the handoff: what one (32, 224, 224, 3) uint8 batch costs to reach
 the loop, in µs, from a pipeline that only passes one ready batch on
-(--handoff-batches times; its source makes the batch with the engine and
-yields it again and again): the pipeline built in-process (the anchor);
+(--handoff-batches times, SPDL's rows a fiftieth of that; its source
+makes the batch with the engine and yields it again and again): the
+pipeline built in-process (the anchor);
 the same pipeline through run_pipeline_in_subprocess (shared memory,
 served from Go in the worker; the target is at most the anchor + 10 µs);
 the source alone through iterate_in_subprocess (a Python iterable: the
@@ -38,8 +39,8 @@ worker's Python sends each batch); SPDL's iterate_in_subprocess over one
 numpy batch (pickled through its queue), and with its
 SharedMemorySegmentPool arena.
 
-    python benchmarks/bench_placement.py [--images 1280] [--step-ms 25] [--repeat 3]
-        [--handoff-batches 2000] [--json benchmarks/results/placement.json]
+    python benchmarks/bench_placement.py [--images 2560] [--step-ms 25] [--repeat 5]
+        [--handoff-batches 20000] [--json benchmarks/results/placement.json]
 """
 
 from __future__ import annotations
@@ -302,10 +303,10 @@ def handoff(kind: str, n: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--images", type=int, default=1280)
+    ap.add_argument("--images", type=int, default=2560)
     ap.add_argument("--step-ms", type=float, default=25)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--handoff-batches", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--handoff-batches", type=int, default=20000)
     ap.add_argument("--json", default="")
     ap.add_argument("--_worker", nargs=5)
     args = ap.parse_args()
@@ -346,8 +347,23 @@ def main() -> None:
             ("SPDL subprocess (pickled)", "handoff-spdl-subprocess"),
             ("SPDL subprocess (arena)", "handoff-spdl-arena"),
         ]
+    # spdl-go's rows pass --handoff-batches batches; SPDL's, which cost a
+    # thousand times more each, a fiftieth of them (at least 200).
     hruns = harness.run_all(
-        __file__, [(n, k, "-") for n, k in hcfgs], ["-", str(args.handoff_batches), "0"], args.repeat, 900, skipped
+        __file__,
+        [(n, k, "-") for n, k in hcfgs if "spdl-go" in n],
+        ["-", str(args.handoff_batches), "0"],
+        args.repeat,
+        900,
+        skipped,
+    )
+    hruns |= harness.run_all(
+        __file__,
+        [(n, k, "-") for n, k in hcfgs if "spdl-go" not in n],
+        ["-", str(max(200, args.handoff_batches // 50)), "0"],
+        args.repeat,
+        900,
+        skipped,
     )
 
     med = {n: {k: sorted(r[k] for r in rs)[len(rs) // 2] for k in rs[0]} for n, rs in runs.items()}
