@@ -181,17 +181,9 @@ func spdl_pipeline_next(h C.uint64_t, timeoutUs C.int64_t, out *C.spdl_buf, errO
 		if timeoutUs < 0 {
 			timeout = -1
 		}
-		item, err := p.Next(context.Background(), timeout)
-		switch {
-		case errors.Is(err, pipeline.ErrEndOfData), errors.Is(err, pipeline.ErrNotStarted):
-			// Not started: stopped, after the items it left (the host
-			// starts an epoch before its first read).
-			rc = C.SPDL_END
-			return nil
-		case errors.Is(err, pipeline.ErrTimeout):
-			rc = C.SPDL_TIMEOUT
-			return nil
-		case err != nil:
+		item, code, err := nextItem(p, timeout)
+		if err != nil || code != C.SPDL_OK {
+			rc = code
 			return err
 		}
 		return encodeOut(item, out)
@@ -201,6 +193,24 @@ func spdl_pipeline_next(h C.uint64_t, timeoutUs C.int64_t, out *C.spdl_buf, errO
 		return C.SPDL_ERROR
 	}
 	return rc
+}
+
+// nextItem reads p's next item within timeout (< 0: forever): the item and
+// SPDL_OK, SPDL_END (the epoch is over), SPDL_TIMEOUT, or the epoch's
+// failure.
+func nextItem(p *pipeline.Pipeline, timeout time.Duration) (any, C.int, error) {
+	item, err := p.Next(context.Background(), timeout)
+	switch {
+	case errors.Is(err, pipeline.ErrEndOfData), errors.Is(err, pipeline.ErrNotStarted):
+		// Not started: stopped, after the items it left (the host starts an
+		// epoch before its first read).
+		return nil, C.SPDL_END, nil
+	case errors.Is(err, pipeline.ErrTimeout):
+		return nil, C.SPDL_TIMEOUT, nil
+	case err != nil:
+		return nil, C.SPDL_ERROR, err
+	}
+	return item, C.SPDL_OK, nil
 }
 
 // encodeOut hands item to the caller as a malloc'd wire buffer. Every

@@ -5,7 +5,6 @@ import "C"
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -70,16 +69,9 @@ func spdl_pipeline_serve(h C.uint64_t, fd C.int, timeoutUs C.int64_t, credits *C
 				msg, rc = m, C.SPDL_MESSAGE
 				return nil
 			}
-			item, err := p.Next(context.Background(), timeout)
-			switch {
-			case errors.Is(err, pipeline.ErrEndOfData), errors.Is(err, pipeline.ErrNotStarted):
-				rc = C.SPDL_END
-				return nil
-			case errors.Is(err, pipeline.ErrTimeout):
-				rc = C.SPDL_TIMEOUT
-				return nil
-			case err != nil:
-				rc = C.SPDL_ERROR
+			item, code, err := nextItem(p, timeout)
+			if err != nil || code != C.SPDL_OK {
+				rc = code
 				return err
 			}
 			if enc, ok := item.(*wire.Encoded); ok {

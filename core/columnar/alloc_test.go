@@ -1,16 +1,13 @@
 package columnar_test
 
 import (
-	"os"
-	"os/exec"
 	"testing"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"golang.org/x/sys/unix"
 
 	"github.com/spdl-go/spdl-go/core/columnar"
-	"github.com/spdl-go/spdl-go/core/tensor"
+	"github.com/spdl-go/spdl-go/core/internal/shmtest"
 )
 
 // lendable says whether b starts an arena buffer of the allocator (lending
@@ -22,8 +19,8 @@ func lendable(b []byte) bool {
 
 // In a worker process (a shared arena), Arrow buffers of 4 KiB or more
 // come from the arena and can be lent; smaller ones, and everything
-// without an arena, from malloc. The arena is process-wide and set once:
-// this runs in a child test process.
+// without an arena, from malloc. The arena part runs in a child test
+// process (shmtest.InArena).
 func TestAllocatorUsesTheSharedArena(t *testing.T) {
 	big := columnar.Allocator.Allocate(8192)
 	if lendable(big) {
@@ -31,25 +28,8 @@ func TestAllocatorUsesTheSharedArena(t *testing.T) {
 	}
 	columnar.Allocator.Free(big)
 	columnar.Allocator.AssertSize(t, 0)
-	if os.Getenv("SPDL_COLUMNAR_SHM_TEST") == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestAllocatorUsesTheSharedArena$", "-test.v")
-		cmd.Env = append(os.Environ(), "SPDL_COLUMNAR_SHM_TEST=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("the arena's test process: %v\n%s", err, out)
-		}
+	if shmtest.InArena(t, 8<<20) < 0 {
 		return
-	}
-	const size = 8 << 20
-	fd, err := unix.MemfdCreate("spdl-go-test", unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, size); err != nil {
-		t.Fatal(err)
-	}
-	if err := tensor.UseSharedArena(fd, size); err != nil {
-		t.Fatal(err)
 	}
 	a := columnar.Allocator
 	cases := []struct {

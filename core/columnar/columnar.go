@@ -13,7 +13,6 @@ import (
 	"github.com/spdl-go/spdl-go/core/value"
 )
 
-
 type kind int
 
 const (

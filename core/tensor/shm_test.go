@@ -1,39 +1,20 @@
 package tensor_test
 
 import (
-	"os"
-	"os/exec"
 	"testing"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/spdl-go/spdl-go/core/internal/shmtest"
 	"github.com/spdl-go/spdl-go/core/tensor"
 )
 
 // The arena is process-wide and set once: its tests run in a child test
-// process (SPDL_SHM_TEST=1), so that the others keep the plain pool.
+// process (shmtest.InArena), so that the others keep the plain pool.
 func TestSharedArena(t *testing.T) {
-	if os.Getenv("SPDL_SHM_TEST") == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestSharedArena$", "-test.v")
-		cmd.Env = append(os.Environ(), "SPDL_SHM_TEST=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("the arena's test process: %v\n%s", err, out)
-		}
-		return
-	}
 	const size = 8 << 20
-	fd, err := unix.MemfdCreate("spdl-go-test", unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, size); err != nil {
-		t.Fatal(err)
-	}
-	if err := tensor.UseSharedArena(fd, size); err != nil {
-		t.Fatal(err)
+	fd := shmtest.InArena(t, size)
+	if fd < 0 {
+		return
 	}
 	if err := tensor.UseSharedArena(fd, size); err == nil {
 		t.Error("a second arena was accepted")

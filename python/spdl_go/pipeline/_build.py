@@ -176,41 +176,39 @@ def build_pipeline(
     """
     if not isinstance(pipeline_cfg, PipelineConfig):
         raise TypeError(f"build_pipeline: expected a PipelineConfig, got {type(pipeline_cfg).__name__}")
-    return _build(
-        pipeline_cfg,
-        _settings(
-            num_threads, max_failures, report_stats_interval, queue_size, cpu_budget, report_interval, task_hook_factory
-        ),
+    settings = _settings(
+        report_stats_interval,
+        report_interval,
+        num_threads=num_threads,
+        max_failures=max_failures,
+        queue_size=queue_size,
+        cpu_budget=cpu_budget,
+        task_hook_factory=task_hook_factory,
     )
+    return _build(pipeline_cfg, settings)
 
 
-def build_served(pipeline_cfg: PipelineConfig, /, **build_args: Any) -> Pipeline:
-    """``build_pipeline`` in a worker process whose server reads the sink
-    (see ``_launch``)."""
-    return _build(pipeline_cfg, _settings(**build_args), served=True)
-
-
-def _settings(
-    num_threads: int | None = None,
-    max_failures: int | Fraction = -1,
+def build_served(
+    pipeline_cfg: PipelineConfig,
+    /,
+    *,
     report_stats_interval: float | None = -1,
-    queue_size: int | None = None,
-    cpu_budget: int | None = None,
     report_interval: float | None = None,
-    task_hook_factory: TaskHookFactory | None = None,
-) -> BuildConfig:
+    **engine: Any,
+) -> Pipeline:
+    """``build_pipeline`` in a worker process whose server reads the sink
+    (see ``_launch``); the same keyword arguments."""
+    return _build(pipeline_cfg, _settings(report_stats_interval, report_interval, **engine), served=True)
+
+
+def _settings(report_stats_interval: float | None, report_interval: float | None, **engine: Any) -> BuildConfig:
+    """The settings of ``build_pipeline``'s arguments: one report interval
+    of its two names, and the rest as given."""
     if report_stats_interval is not None and report_stats_interval != -1:
         if report_interval is not None:
             raise TypeError("build: give report_stats_interval or its alias report_interval, not both")
         report_interval = report_stats_interval if report_stats_interval > 0 else None
-    return BuildConfig(
-        num_threads=num_threads,
-        max_failures=max_failures,
-        queue_size=queue_size,
-        report_interval=report_interval,
-        cpu_budget=cpu_budget,
-        task_hook_factory=task_hook_factory,
-    )
+    return BuildConfig(report_interval=report_interval, **engine)
 
 
 def _build(config: PipelineConfig, settings: BuildConfig, served: bool = False) -> Pipeline:
